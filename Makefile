@@ -1,0 +1,36 @@
+# Two entry points for a fresh machine (python3 >= 3.11 and make): `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DEVSTAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test bench install dev clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(DEVSTAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@ $(STAMP)
+
+install: $(STAMP)
+dev: $(DEVSTAMP)
+
+# The main job on the embedded default: a local Dask cluster and the bundled CASC Census file.
+demo: $(STAMP)
+	$(BIN)/microagg anonymize example:census demo-release --k 5 --method mdav
+
+test: $(DEVSTAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(DEVSTAMP)
+	$(BIN)/python tests/benchmarks/bench_mdav.py
+
+clean:
+	rm -rf $(VENV) demo-release .pytest_cache .hypothesis build *.egg-info

@@ -1,0 +1,28 @@
+"""Numba kernels on NumPy arrays: no DataFrames, paths or clients here (see STYLE.md)."""
+
+from .hm import optimal_contiguous, univariate_optimal
+from .mdav import mdav
+from .stats import (
+    exact_column_sums,
+    group_means,
+    group_medians,
+    group_sums,
+    information_loss,
+    sse,
+    sst,
+    standardize,
+)
+
+__all__ = [
+    "exact_column_sums",
+    "group_means",
+    "group_medians",
+    "group_sums",
+    "information_loss",
+    "mdav",
+    "optimal_contiguous",
+    "sse",
+    "sst",
+    "standardize",
+    "univariate_optimal",
+]

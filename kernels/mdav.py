@@ -1,0 +1,194 @@
+"""Classic MDAV (Maximum Distance to Average Vector), fixed group size k.
+
+The algorithm, as in ``shared/papers/dbm-density-based-microaggregation.txt`` section 2.4 and
+``shared/papers/mic1d-one-dimension-microaggregation.txt`` Algorithm 2 (the mu-Argus / sdcMicro
+formulation of Domingo-Ferrer and Torra, 2005)::
+
+    while at least 3k records remain:
+        c = centroid of the remaining records
+        r = the remaining record farthest from c
+        group r with its k-1 nearest remaining records; remove them
+        s = the remaining record farthest from r
+        group s with its k-1 nearest remaining records; remove them
+    if at least 2k records remain:
+        c = centroid; r = farthest from c; group r with its k-1 nearest; remove them
+    the remaining records (k..2k-1 of them) form the last group
+
+Distances are squared Euclidean distances on the (standardized) input, computed on the fly: memory
+is O(n d), never O(n^2). The k-1 nearest are found by one scan that keeps the best k-1 candidates
+in a small sorted buffer (a partial selection, not a sort).
+
+Tie-breaking rule (deterministic, independent of how the input was split): among records at equal
+distance, the one that comes first in the input (the lowest row index; in the pipeline, the lowest
+global row id) is the farthest, respectively the nearest. Groups are numbered in the order they are
+formed.
+
+References
+----------
+Domingo-Ferrer, J. and Torra, V. (2005). Ordinal, continuous and heterogeneous k-anonymity through
+microaggregation. Data Mining and Knowledge Discovery 11(2), 195-212.
+"""
+
+import numpy as np
+
+from ._jit import jit
+
+
+@jit
+def _distances_to(Y, m, p, dist):
+    """``dist[i] = ||Y[:, i] - p||^2`` for the first ``m`` stored records (column-major ``Y``)."""
+    d = Y.shape[0]
+    for i in range(m):
+        dist[i] = 0.0
+    for j in range(d):
+        pj = p[j]
+        row = Y[j]
+        for i in range(m):
+            t = row[i] - pj
+            dist[i] += t * t
+
+
+@jit
+def _farthest(dist, alive, m):
+    """Position of the largest distance among alive records (first one on ties)."""
+    best = -1
+    best_d = -1.0
+    for i in range(m):
+        if alive[i] and dist[i] > best_d:
+            best_d = dist[i]
+            best = i
+    return best
+
+
+@jit
+def _nearest(dist, alive, m, center, k, out):
+    """Fill ``out`` with ``center`` and the ``k - 1`` alive records nearest to it (partial selection).
+
+    Candidates are scanned in storage order (increasing row index) and a candidate only displaces a
+    strictly farther one, so equal distances are resolved in favour of the lower row index.
+    """
+    need = k - 1
+    best_d = np.empty(need)
+    best_i = np.empty(need, dtype=np.int64)
+    filled = 0
+    for i in range(m):
+        if not alive[i] or i == center:
+            continue
+        di = dist[i]
+        if filled == need:
+            if di >= best_d[need - 1]:
+                continue
+            pos = need - 1
+        else:
+            pos = filled
+            filled += 1
+        # shift larger entries right; equal entries stay ahead of the newcomer
+        while pos > 0 and best_d[pos - 1] > di:
+            best_d[pos] = best_d[pos - 1]
+            best_i[pos] = best_i[pos - 1]
+            pos -= 1
+        best_d[pos] = di
+        best_i[pos] = i
+    out[0] = center
+    for t in range(need):
+        out[t + 1] = best_i[t]
+
+
+@jit
+def _take_group(members, alive, ids, Z, labels, total, group):
+    """Label ``members`` (storage positions) as ``group``, mark them dead, update the running sum."""
+    d = Z.shape[1]
+    for t in range(members.shape[0]):
+        p = members[t]
+        alive[p] = False
+        row = ids[p]
+        labels[row] = group
+        for j in range(d):
+            total[j] -= Z[row, j]
+
+
+@jit
+def _compact(Y, ids, alive, m):
+    """Stable compaction of the alive records to the front of the storage; returns the new count."""
+    d = Y.shape[0]
+    w = 0
+    for i in range(m):
+        if alive[i]:
+            if w != i:
+                for j in range(d):
+                    Y[j, w] = Y[j, i]
+                ids[w] = ids[i]
+            alive[w] = True
+            w += 1
+    for i in range(w, m):
+        alive[i] = False
+    return w
+
+
+@jit
+def _group_around_farthest_from_centroid(Y, ids, alive, m, n_alive, Z, labels, total, dist,
+                                         members, group):
+    """Centroid -> farthest record r -> group of r; returns r's storage position."""
+    d = Y.shape[0]
+    c = np.empty(d)
+    for j in range(d):
+        c[j] = total[j] / n_alive
+    _distances_to(Y, m, c, dist)
+    r = _farthest(dist, alive, m)
+    _distances_to(Y, m, Y[:, r].copy(), dist)
+    _nearest(dist, alive, m, r, members.shape[0], members)
+    _take_group(members, alive, ids, Z, labels, total, group)
+    return r
+
+
+@jit
+def mdav(Z, k):
+    """Classic MDAV labels for ``Z`` (``(n, d)`` float64, C-contiguous, ``n >= k >= 2``).
+
+    Returns int64 group labels ``0..g-1`` numbered in order of formation. Every group has between
+    k and 2k-1 records.
+    """
+    n, d = Z.shape
+    labels = np.full(n, -1, dtype=np.int64)
+    if n < 2 * k:
+        labels[:] = 0
+        return labels
+    Y = np.empty((d, n))
+    for i in range(n):
+        for j in range(d):
+            Y[j, i] = Z[i, j]
+    ids = np.arange(n)
+    alive = np.ones(n, dtype=np.bool_)
+    total = np.zeros(d)
+    for i in range(n):
+        for j in range(d):
+            total[j] += Z[i, j]
+    dist = np.empty(n)
+    members = np.empty(k, dtype=np.int64)
+    m = n
+    n_alive = n
+    group = 0
+    while n_alive >= 3 * k:
+        _group_around_farthest_from_centroid(Y, ids, alive, m, n_alive, Z, labels, total, dist,
+                                             members, group)
+        n_alive -= k
+        group += 1
+        # dist still holds the distances to r: s is the remaining record farthest from r
+        s = _farthest(dist, alive, m)
+        _distances_to(Y, m, Y[:, s].copy(), dist)
+        _nearest(dist, alive, m, s, k, members)
+        _take_group(members, alive, ids, Z, labels, total, group)
+        n_alive -= k
+        group += 1
+        # dead records still cost a distance each per pass: compact when they exceed 1/8
+        if 8 * (m - n_alive) > m:
+            m = _compact(Y, ids, alive, m)
+    if n_alive >= 2 * k:
+        _group_around_farthest_from_centroid(Y, ids, alive, m, n_alive, Z, labels, total, dist,
+                                             members, group)
+        n_alive -= k
+        group += 1
+    for i in range(m):
+        if alive[i]:
+            labels[ids[i]] = group
+    return labels

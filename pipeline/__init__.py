@@ -1,0 +1,16 @@
+"""Validation, statistics, methods, the in-memory API and the Dask release pipeline."""
+
+from .api import anonymize, information_loss, partition, standardize
+from .errors import InputError, MicroaggError, ReleaseGateError
+from .methods import METHODS
+
+__all__ = [
+    "METHODS",
+    "InputError",
+    "MicroaggError",
+    "ReleaseGateError",
+    "anonymize",
+    "information_loss",
+    "partition",
+    "standardize",
+]

@@ -1,0 +1,125 @@
+"""The in-memory API: ``partition``, ``anonymize`` and ``information_loss`` on NumPy / pandas.
+
+Each public function checks and converts its inputs once, then calls the kernels, the same ones
+the Dask pipeline runs per block.
+"""
+
+import numpy as np
+import pandas as pd
+
+from .. import kernels
+from . import stats
+from .errors import InputError
+from .methods import get_method
+from .validation import (
+    as_float_matrix,
+    check_aggregate,
+    check_finite,
+    check_k,
+    non_numeric_error,
+    resolve_columns,
+)
+
+
+def standardize(X, names=None):
+    """Z-scores of ``X`` (population std; a constant column becomes 0) and the ``(mean, std)`` used.
+
+    The statistics are exact (correctly rounded), identical to those of the distributed pipeline.
+    Non-finite values raise an ``InputError`` naming the column (``names[j]``, or its position).
+    """
+    X = as_float_matrix(X)
+    total = stats.chunk(X)
+    names = names or [f"column {j}" for j in range(X.shape[1])]
+    check_finite(names, total.nans, total.infs)
+    mean, std = stats.finalize(total)
+    return kernels.standardize(X, mean, std), mean, std
+
+
+def _labels_checked(labels, n, k):
+    labels = np.ascontiguousarray(labels, dtype=np.int64)
+    counts = np.bincount(labels)
+    if labels.shape[0] != n or counts.min() < k:
+        raise AssertionError(f"method produced an invalid partition (smallest group {counts.min()} < k={k})")
+    return labels
+
+
+def partition(X, k, method="mdav", *, standardized=False):
+    """Partition the rows of ``X`` into groups of at least ``k`` similar records.
+
+    Parameters
+    ----------
+    X : array-like, shape (n, d), numeric
+    k : int >= 2, at most n
+    method : str, a name from ``microagg.METHODS``
+    standardized : bool, if True ``X`` is used as given; otherwise each column is z-scored first
+        (population standard deviation), as the literature does
+
+    Returns
+    -------
+    labels : ndarray of int64, shape (n,), groups numbered ``0..g-1``
+    """
+    X = as_float_matrix(X)
+    k = check_k(k, X.shape[0])
+    m = get_method(method)
+    Z = X if standardized else standardize(X)[0]
+    return _labels_checked(m.partition(Z, k), X.shape[0], k)
+
+
+def information_loss(X, labels, *, standardized=False):
+    """IL = 100 * SSE / SST of the partition ``labels`` of ``X``, on z-scored data unless told otherwise.
+
+    References
+    ----------
+    Domingo-Ferrer & Mateo-Sanz (2002); shared/papers/comparative-study-microaggregation.txt.
+    """
+    X = as_float_matrix(X)
+    labels = np.ascontiguousarray(labels, dtype=np.int64)
+    if labels.shape != (X.shape[0],):
+        raise InputError(f"labels has shape {labels.shape}, expected ({X.shape[0]},)")
+    Z = X if standardized else standardize(X)[0]
+    _, labels = np.unique(labels, return_inverse=True)
+    il, _, _ = kernels.information_loss(Z, labels.astype(np.int64), int(labels.max()) + 1)
+    return float(il)
+
+
+def centroids(X, labels, n_groups, aggregate="mean"):
+    """Per-group replacement values of the original (unstandardized) ``X``."""
+    if aggregate == "median":
+        return kernels.group_medians(X, labels, n_groups)
+    return kernels.group_means(X, labels, n_groups)
+
+
+def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggregate="mean"):
+    """Microaggregate a pandas DataFrame: QI columns replaced by their group's centroid.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+    k : int >= 2
+    quasi_identifiers : list of column names; default every numeric column not in ``identifiers``
+    method : str, see ``microagg.METHODS``
+    identifiers : direct identifiers, dropped from the result
+    aggregate : "mean" (default) or "median": the centroid that replaces each group's values
+
+    Returns
+    -------
+    pandas.DataFrame with the same rows in the same order; QI columns as float64 centroids,
+    identifier columns dropped, every other column unchanged.
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"anonymize expects a pandas DataFrame, got {type(df).__name__}")
+    check_aggregate(aggregate)
+    qi, ids, non_numeric = resolve_columns(df.dtypes, quasi_identifiers, identifiers)
+    if non_numeric:
+        raise non_numeric_error(non_numeric[0], df[non_numeric[0]].head(1000))
+    k = check_k(k, len(df))
+    get_method(method)
+    X = np.ascontiguousarray(df[qi].to_numpy(dtype=np.float64))
+    Z, _, _ = standardize(X, qi)
+    labels = partition(Z, k, method, standardized=True)
+    n_groups = int(labels.max()) + 1
+    released = centroids(X, labels, n_groups, aggregate)[labels]
+    out = df.drop(columns=ids).copy()
+    for j, name in enumerate(qi):
+        out[name] = released[:, j]
+    return out

@@ -1,0 +1,19 @@
+"""Exceptions the pipeline raises; ``jobs/`` maps each class to an exit code."""
+
+
+class MicroaggError(Exception):
+    """Base class of every error microagg reports to its users."""
+
+    exit_code = 1
+
+
+class InputError(MicroaggError, ValueError):
+    """The input data or the options are not acceptable (the message says what and where)."""
+
+    exit_code = 2
+
+
+class ReleaseGateError(MicroaggError):
+    """The release failed a check (k-anonymity, row count) and was not written."""
+
+    exit_code = 3

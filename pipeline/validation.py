@@ -1,0 +1,126 @@
+"""Checks that run before any kernel: options, column names and dtypes (from metadata), finiteness.
+
+Every message names the column, the problem and the count of offending rows, so a data engineer can
+fix the input without reading code.
+"""
+
+import numpy as np
+import pandas as pd
+
+from .errors import InputError
+
+AGGREGATES = ("mean", "median")
+
+
+def check_k(k, n_rows=None):
+    """``k`` must be an integer >= 2 and, when the row count is known, no larger than it."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise InputError(f"k must be an integer >= 2, got {k!r}")
+    if k < 2:
+        raise InputError(f"k must be >= 2 (k=1 releases the data unprotected), got k={k}")
+    if n_rows is not None and n_rows < k:
+        raise InputError(f"the input has {n_rows} rows, fewer than k={k}: no group of k records can be formed")
+    return int(k)
+
+
+def check_aggregate(aggregate):
+    if aggregate not in AGGREGATES:
+        raise InputError(f"unknown aggregate {aggregate!r}; choose one of: {', '.join(AGGREGATES)}")
+    return aggregate
+
+
+def _names(value, option):
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    names = list(value)
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise InputError(f"column {name!r} is named twice in {option}")
+        seen.add(name)
+    return names
+
+
+def resolve_columns(dtypes, quasi_identifiers=None, identifiers=()):
+    """Decide the QI and identifier columns from the column dtypes alone (no data is read).
+
+    Parameters
+    ----------
+    dtypes : pandas.Series mapping column name -> dtype (``DataFrame.dtypes`` or a Dask ``_meta``'s)
+    quasi_identifiers : list of names, comma-separated string or None (every numeric column not
+        named as an identifier)
+    identifiers : names of direct identifiers, dropped from the release
+
+    Returns
+    -------
+    (quasi_identifiers, identifiers, non_numeric) : lists; ``non_numeric`` holds the QI columns whose
+        dtype is not numeric, for the caller to report with an offending value.
+    """
+    columns = [str(c) for c in dtypes.index]
+    qi = _names(quasi_identifiers, "--qi")
+    ids = _names(identifiers, "--identifiers") or []
+    for option, names in (("--qi", qi or []), ("--identifiers", ids)):
+        missing = [n for n in names if n not in columns]
+        if missing:
+            raise InputError(
+                f"{option} names {len(missing)} column(s) not in the input: {', '.join(map(repr, missing))}; "
+                f"the input has: {', '.join(columns)}"
+            )
+    both = sorted(set(qi or []) & set(ids))
+    if both:
+        raise InputError(f"column(s) {', '.join(map(repr, both))} named both as quasi-identifier and identifier")
+    if qi is None:
+        qi = [c for c in columns if c not in ids and _is_numeric(dtypes[c])]
+        if not qi:
+            raise InputError("the input has no numeric column to use as a quasi-identifier; name them with --qi")
+    non_numeric = [c for c in qi if not _is_numeric(dtypes[c])]
+    return qi, ids, non_numeric
+
+
+def _is_numeric(dtype):
+    return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+
+
+def non_numeric_error(column, sample):
+    """The error for a QI column whose values are not numbers, quoting one offending value."""
+    values = pd.Series(sample)
+    bad = values[pd.to_numeric(values, errors="coerce").isna() & values.notna()]
+    shown = f"; for example {bad.iloc[0]!r}" if len(bad) else ""
+    return InputError(
+        f"quasi-identifier column {column!r} is not numeric (dtype {values.dtype}){shown}; "
+        f"microaggregation needs numbers: clean the column or leave it out of --qi"
+    )
+
+
+def check_finite(columns, nan_counts, inf_counts):
+    """Raise if any QI column has NaN (missing) or infinite values, naming each and its row count."""
+    problems = []
+    for name, nans, infs in zip(columns, nan_counts, inf_counts):
+        if nans:
+            problems.append(f"column {name!r} has {int(nans)} row(s) with a missing (NaN) value")
+        if infs:
+            problems.append(f"column {name!r} has {int(infs)} row(s) with an infinite value")
+    if problems:
+        raise InputError(
+            "quasi-identifiers must be finite numbers: " + "; ".join(problems)
+            + ". Impute or drop those rows before microaggregation."
+        )
+
+
+def as_float_matrix(X):
+    """C-contiguous float64 ``(n, d)`` view or copy of ``X``; a ``TypeError`` that says how to fix it."""
+    if isinstance(X, (pd.DataFrame, pd.Series)):
+        X = X.to_numpy()
+    X = np.asarray(X)
+    if X.dtype.kind not in "iuf":
+        raise TypeError(
+            f"expected a numeric 2-D array, got dtype {X.dtype}; convert it with "
+            f"np.asarray(X, dtype=np.float64) after removing non-numeric columns"
+        )
+    if X.ndim == 1:
+        X = X.reshape(-1, 1)
+    if X.ndim != 2:
+        raise TypeError(f"expected a 2-D array (rows x attributes), got {X.ndim} dimensions")
+    return np.ascontiguousarray(X, dtype=np.float64)
