@@ -1,0 +1,147 @@
+"""Reading inputs (CSV / Parquet, local or fsspec URLs) and committing releases atomically."""
+
+import logging
+import os
+import shutil
+import socket
+import uuid
+from importlib.resources import files
+
+import dask.dataframe as dd
+import fsspec
+
+from .errors import InputError
+
+log = logging.getLogger(__name__)
+
+EXAMPLES = {
+    "census": "data/census.csv",
+}
+"""Bundled example data, addressed as ``example:NAME`` (the CASC Census reference file)."""
+
+_CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst", ".txt")
+_PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
+
+
+def example_path(name):
+    if name not in EXAMPLES:
+        raise InputError(f"unknown example {name!r}; bundled examples: {', '.join(EXAMPLES)}")
+    return str(files("microagg.pipeline").joinpath(EXAMPLES[name]))
+
+
+def resolve_input(path):
+    """``(format, urlpath)`` for an input path: ``example:NAME``, a file, a directory or a glob."""
+    path = str(path)
+    if path.startswith("example:"):
+        return "csv", example_path(path.split(":", 1)[1])
+    fs, _, paths = fsspec.get_fs_token_paths(path)
+    if not paths or not all(fs.exists(p) for p in paths):
+        raise InputError(f"input path {path!r} does not exist (or the glob matches nothing)")
+    if len(paths) == 1 and fs.isdir(paths[0]):
+        inside = [p for p in fs.find(paths[0]) if not os.path.basename(p).startswith(("_", "."))]
+        if not inside:
+            raise InputError(f"input directory {path!r} holds no data files")
+        if all(p.lower().endswith(_CSV_SUFFIXES) for p in inside):
+            return "csv", path.rstrip("/") + "/*"
+        return "parquet", path
+    names = [p.lower() for p in paths]
+    if all(n.endswith(_CSV_SUFFIXES) for n in names):
+        return "csv", path
+    if all(n.endswith(_PARQUET_SUFFIXES) for n in names):
+        return "parquet", path
+    raise InputError(
+        f"cannot tell the format of {path!r}: name CSV files *.csv and Parquet files *.parquet "
+        f"(or give a Parquet dataset directory)"
+    )
+
+
+def read_input(path, blocksize="64MB"):
+    """A Dask DataFrame over the input; nothing is computed (schema only)."""
+    fmt, urlpath = resolve_input(path)
+    try:
+        if fmt == "csv":
+            return dd.read_csv(urlpath, blocksize=blocksize)
+        return dd.read_parquet(urlpath)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read {path!r} as {fmt.upper()}: {exc}") from exc
+
+
+# --- atomic commit --------------------------------------------------------------------------------
+# A release is written into a hidden sibling directory ``.NAME.microagg-tmp-HOST-PID-UUID`` and only
+# renamed to NAME once complete and checked. A previous release at NAME (recognised by its _SUCCESS
+# marker) is moved aside, replaced, then deleted. Temporary directories left by a killed job on this
+# host are removed by the next job writing the same output.
+
+SUCCESS_MARKER = "_SUCCESS"
+
+
+def _tmp_prefix(output):
+    head, name = os.path.split(os.path.abspath(output))
+    return head, f".{name}.microagg-"
+
+
+def prepare_output(output):
+    """Check that OUTPUT can be (re)placed, clean stale temporaries; return a fresh temp directory."""
+    output = os.path.abspath(output)
+    head, prefix = _tmp_prefix(output)
+    if not os.path.isdir(head):
+        raise InputError(f"the parent directory of the output, {head!r}, does not exist")
+    if os.path.exists(output):
+        if not os.path.isdir(output):
+            raise InputError(f"output {output!r} exists and is a file; a release is a directory")
+        if os.listdir(output) and not os.path.exists(os.path.join(output, SUCCESS_MARKER)):
+            raise InputError(
+                f"output {output!r} exists and is not a microagg release (no {SUCCESS_MARKER} marker); "
+                f"remove it or choose another path"
+            )
+    host = socket.gethostname()
+    for entry in sorted(os.listdir(head)):
+        if entry.startswith(prefix):
+            _recover_stale(os.path.join(head, entry), entry[len(prefix):], host, output)
+    tmp = os.path.join(head, f"{prefix}tmp-{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    os.mkdir(tmp)
+    return tmp
+
+
+def _recover_stale(path, tag, host, output):
+    """Clean up after a job on this host that died: drop its temporary, restore a moved-aside release."""
+    try:
+        kind, rest = tag.split("-", 1)
+        entry_host, pid, _ = rest.rsplit("-", 2)
+        pid = int(pid)
+    except ValueError:
+        return
+    if entry_host != host or kind not in ("tmp", "old"):
+        return
+    try:
+        os.kill(pid, 0)
+        return  # that job is still running
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        return
+    if kind == "old" and not os.path.exists(output):
+        log.warning("restoring the previous release %s moved aside by a job that did not finish", output)
+        os.rename(path, output)
+        return
+    log.info("removing %s left by a job that did not finish", path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def commit_output(tmp, output):
+    """Mark ``tmp`` complete and move it to ``output``, replacing a previous release."""
+    output = os.path.abspath(output)
+    with open(os.path.join(tmp, SUCCESS_MARKER), "w"):
+        pass
+    old = None
+    if os.path.exists(output):
+        before, _, after = tmp.rpartition(".microagg-tmp-")
+        old = f"{before}.microagg-old-{after}"
+        os.rename(output, old)
+    os.rename(tmp, output)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def discard_output(tmp):
+    shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,132 @@
+"""Bad input: a clear one-paragraph error naming the column and the count, a non-zero exit, nothing written."""
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import microagg
+from conftest import CENSUS_CSV, microagg_cli
+
+
+def _fails(tmp_path, *args, code=2):
+    out = tmp_path / "release"
+    proc = microagg_cli("anonymize", *args[:1], out, *args[1:], "--scheduler", "synchronous")
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("microagg: error:")
+    assert not out.exists(), "a failed job wrote its output"
+    assert not [p for p in os.listdir(tmp_path) if ".microagg-" in p], "temporary directory left behind"
+    return proc.stderr
+
+
+@pytest.fixture
+def small(tmp_path):
+    df = pd.DataFrame({"id": range(12), "a": np.arange(12.0), "b": np.arange(12.0) ** 2, "c": list("xyzw") * 3})
+    return df
+
+
+def _csv(tmp_path, df, name="in.csv"):
+    path = tmp_path / name
+    df.to_csv(path, index=False)
+    return path
+
+
+def test_nan_values_name_column_and_count(tmp_path, small):
+    small.loc[[1, 4, 7], "b"] = np.nan
+    err = _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,b")
+    assert "'b'" in err and "3 row(s)" in err and "missing" in err
+
+
+def test_infinite_values_name_column_and_count(tmp_path, small):
+    small["a"] = small["a"].astype(float)
+    small.loc[[2, 3], "a"] = np.inf
+    path = tmp_path / "in.parquet"
+    small.to_parquet(path, index=False)
+    err = _fails(tmp_path, path, "--k", "3", "--qi", "a,b")
+    assert "'a'" in err and "2 row(s)" in err and "infinite" in err
+
+
+def test_non_numeric_qi_names_column_and_value(tmp_path, small):
+    small["b"] = small["b"].astype(object)
+    small.loc[5, "b"] = "unknown"
+    err = _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,b")
+    assert "'b'" in err and "not numeric" in err and "'unknown'" in err
+
+
+def test_unknown_qi_column(tmp_path, small):
+    err = _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,nope")
+    assert "--qi" in err and "'nope'" in err
+
+
+def test_unknown_identifier_column(tmp_path, small):
+    err = _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--identifiers", "person")
+    assert "--identifiers" in err and "'person'" in err
+
+
+@pytest.mark.parametrize("k", ["1", "0", "-3"])
+def test_k_below_two(tmp_path, small, k):
+    err = _fails(tmp_path, _csv(tmp_path, small), "--k", k, "--qi", "a,b")
+    assert "k must be >= 2" in err
+
+
+def test_fewer_rows_than_k(tmp_path, small):
+    err = _fails(tmp_path, _csv(tmp_path, small), "--k", "13", "--qi", "a,b")
+    assert "12 rows" in err and "k=13" in err
+
+
+def test_unknown_method(tmp_path, small):
+    err = _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--method", "magic")
+    assert "unknown method 'magic'" in err and "mdav" in err
+
+
+def test_missing_input(tmp_path):
+    err = _fails(tmp_path, tmp_path / "nowhere.csv", "--k", "3")
+    assert "does not exist" in err and "nowhere.csv" in err
+
+
+def test_existing_foreign_output_is_not_touched(tmp_path):
+    out = tmp_path / "release"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    proc = microagg_cli("anonymize", CENSUS_CSV, out, "--k", "3", "--scheduler", "synchronous")
+    assert proc.returncode == 2 and "not a microagg release" in proc.stderr
+    assert os.listdir(out) == ["precious.txt"]
+
+
+def test_gate_refuses_a_release_that_is_not_k_anonymous(tmp_path, monkeypatch):
+    """A deliberately broken partitioner (groups of 2 under k=3) must never reach the output."""
+    from microagg.pipeline import methods
+    from microagg.pipeline.errors import ReleaseGateError
+    from microagg.pipeline.release import ReleaseOptions, run
+
+    broken = methods.Method("broken", "pairs", "test hook", lambda Z, k: np.arange(len(Z), dtype=np.int64) // 2)
+    monkeypatch.setitem(methods.METHODS, "broken", broken)
+    out = tmp_path / "release"
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        with pytest.raises(ReleaseGateError, match="not 3-anonymous"):
+            run(str(CENSUS_CSV), str(out), ReleaseOptions(k=3, method="broken"))
+    assert not out.exists()
+    assert os.listdir(tmp_path) == []
+
+
+def test_api_errors():
+    X = np.arange(20.0).reshape(10, 2)
+    with pytest.raises(microagg.InputError, match="k must be >= 2"):
+        microagg.partition(X, 1)
+    with pytest.raises(microagg.InputError, match="fewer than k"):
+        microagg.partition(X, 11)
+    with pytest.raises(microagg.InputError, match="unknown method"):
+        microagg.partition(X, 2, method="nope")
+    with pytest.raises(TypeError, match="numeric"):
+        microagg.partition(np.array([["a", "b"]] * 4), 2)
+    bad = X.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(microagg.InputError, match="column 1.*1 row"):
+        microagg.partition(bad, 2)
+    df = pd.DataFrame({"a": [1.0, 2.0, 3.0], "s": ["x", "y", "z"]})
+    with pytest.raises(microagg.InputError, match="'s' is not numeric.*'x'"):
+        microagg.anonymize(df, 2, quasi_identifiers=["a", "s"])

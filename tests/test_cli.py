@@ -1,0 +1,133 @@
+"""The `microagg` command as a user runs it: releases, formats, reports and the atomic commit."""
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import CENSUS_CSV, assert_k_anonymous, microagg_cli
+
+QI = ["AGI", "FEDTAX", "TAXINC", "FICA", "WSALVAL"]
+
+
+@pytest.fixture(scope="module")
+def extract(tmp_path_factory, census):
+    """Census QIs plus an identifier, a categorical and a confidential column, as a CSV file."""
+    df = census[QI].copy()
+    df.insert(0, "person_id", [f"P{i:05d}" for i in range(len(df))])
+    df["region"] = np.array(["north", "south", "east", "west"])[np.arange(len(df)) % 4]
+    df["confidential"] = np.arange(len(df)) * 7 % 101
+    path = tmp_path_factory.mktemp("input") / "extract.csv"
+    df.to_csv(path, index=False)
+    return path, df
+
+
+def _release(tmp_path, *args, k=4, name="release"):
+    out = tmp_path / name
+    microagg_cli("anonymize", *args, out, "--k", k, "--scheduler", "synchronous", check=True)
+    return out
+
+
+def test_release_invariants(tmp_path, extract):
+    path, df = extract
+    out = _release(tmp_path, path, "--qi", ",".join(QI), "--identifiers", "person_id", k=4)
+    released = pd.read_parquet(out)
+    assert len(released) == len(df)
+    assert "person_id" not in released.columns
+    assert list(released.columns) == [c for c in df.columns if c != "person_id"]
+    assert released["region"].tolist() == df["region"].tolist()
+    pd.testing.assert_series_equal(released["confidential"], df["confidential"])
+    assert all(released[c].dtype == np.float64 for c in QI)
+    assert_k_anonymous(released, QI, 4)
+    # mean aggregation preserves every QI column total
+    np.testing.assert_allclose(released[QI].sum().to_numpy(), df[QI].sum().to_numpy(), rtol=1e-12)
+    report = json.loads((out / "_report.json").read_text())
+    for key in ("rows", "k", "method", "quasi_identifiers", "groups", "min_group_size", "max_group_size",
+                "information_loss", "sse", "sst", "k_anonymity_verified", "timings", "version"):
+        assert key in report, key
+    assert report["rows"] == len(df) and report["quasi_identifiers"] == QI
+    assert report["min_group_size"] >= 4 and report["max_group_size"] <= 7
+    assert set(report["timings"]) >= {"read_validate", "statistics", "blocks", "gate", "write"}
+    assert (out / "_SUCCESS").exists()
+    assert not [p for p in os.listdir(tmp_path) if ".microagg-" in p], "temporary directory left behind"
+
+
+def test_qi_default_is_every_numeric_column_not_named_elsewhere(tmp_path, extract):
+    path, df = extract
+    out = _release(tmp_path, path, "--identifiers", "person_id")
+    report = json.loads((out / "_report.json").read_text())
+    assert report["quasi_identifiers"] == [*QI, "confidential"]
+
+
+def test_median_aggregate(tmp_path, extract):
+    path, df = extract
+    out = _release(tmp_path, path, "--qi", ",".join(QI), "--aggregate", "median", k=3)
+    released = pd.read_parquet(out)
+    assert_k_anonymous(released, QI, 3)
+    # every released value is the median of the original values of its group
+    groups = released.groupby(QI, sort=False).ngroup()
+    for column in QI:
+        medians = df[column].groupby(groups).transform("median")
+        np.testing.assert_array_equal(released[column].to_numpy(), medians.to_numpy())
+
+
+def test_parquet_inputs_give_byte_identical_releases(tmp_path, extract):
+    path, df = extract
+    single = tmp_path / "one.parquet"
+    df.to_parquet(single, index=False)
+    directory = tmp_path / "four"
+    directory.mkdir()
+    for i, part in enumerate(np.array_split(np.arange(len(df)), 4)):
+        df.iloc[part].to_parquet(directory / f"part-{i}.parquet", index=False)
+    common = ["--qi", ",".join(QI), "--rows-per-file", "400"]
+    outs = [
+        _release(tmp_path, path, *common, name="from-csv"),
+        _release(tmp_path, single, *common, name="from-file"),
+        _release(tmp_path, directory, *common, name="from-dir"),
+        _release(tmp_path, f"{directory}/*.parquet", *common, name="from-glob"),
+    ]
+    files = sorted(p.name for p in outs[0].glob("*.parquet"))
+    assert files == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    for out in outs[1:]:
+        assert sorted(p.name for p in out.glob("*.parquet")) == files
+        for name in files:
+            assert (out / name).read_bytes() == (outs[0] / name).read_bytes(), (out, name)
+
+
+def test_local_cluster_release_equals_synchronous(tmp_path):
+    sync = _release(tmp_path, CENSUS_CSV, k=3, name="sync")
+    out = tmp_path / "cluster"
+    proc = microagg_cli("anonymize", CENSUS_CSV, out, "--k", 3, "--workers", 2, check=True)
+    assert "information loss: 5.692 %" in proc.stdout
+    assert (out / "part-00000.parquet").read_bytes() == (sync / "part-00000.parquet").read_bytes()
+
+
+def test_report_path_and_rerun_replaces_release(tmp_path, extract):
+    path, _ = extract
+    report = tmp_path / "elsewhere" / "report.json"
+    report.parent.mkdir()
+    out = tmp_path / "release"
+    for k in (3, 5):
+        proc = microagg_cli("anonymize", path, out, "--k", k, "--qi", ",".join(QI), "--report", report,
+                            "--scheduler", "synchronous", check=True)
+        assert str(report) in proc.stdout
+        assert json.loads(report.read_text())["k"] == k
+        assert_k_anonymous(pd.read_parquet(out), QI, k)
+    assert not (out / "_report.json").exists()
+    assert sorted(os.listdir(tmp_path)) == ["elsewhere", "release"]
+
+
+def test_methods_lists_methods_with_papers():
+    proc = microagg_cli("methods", check=True)
+    assert "mdav" in proc.stdout and "Domingo-Ferrer" in proc.stdout
+    assert "pcp" in proc.stdout and "zscore" in proc.stdout
+
+
+def test_other_methods_run_end_to_end(tmp_path):
+    for method in ("pcp", "zscore"):
+        out = _release(tmp_path, CENSUS_CSV, "--method", method, k=3, name=method)
+        report = json.loads((out / "_report.json").read_text())
+        assert report["method"] == method and report["min_group_size"] >= 3 and report["max_group_size"] <= 5
+        assert_k_anonymous(pd.read_parquet(out), report["quasi_identifiers"], 3)
