@@ -131,6 +131,8 @@ def information_loss(Z, labels, n_groups):
 
 _MAX_PARTIALS = 64
 _SPLITTER = 134217729.0  # 2**27 + 1
+HUGE = 1e150
+"""Magnitude above which a value's square could overflow the exact sums: reported, not summed."""
 
 
 @jit
@@ -164,10 +166,11 @@ def _two_square(x):
 
 @jit
 def exact_column_sums(X):
-    """Exact per-column sums of x and x^2 over the finite values, plus non-finite counts.
+    """Exact per-column sums of x and x^2 over the finite values, plus counts of unusable values.
 
-    Returns ``(sum_partials, sum_counts, sq_partials, sq_counts, nan_counts, inf_counts)``: row ``j``
-    of ``sum_partials[:, :sum_counts[j]]`` is an expansion whose exact sum is the column's sum.
+    Returns ``(sum_partials, sum_counts, sq_partials, sq_counts, nan_counts, inf_counts,
+    huge_counts)``: row ``j`` of ``sum_partials[:, :sum_counts[j]]`` is an expansion whose exact sum
+    is the column's sum; values with ``|x| > HUGE`` are counted in ``huge_counts`` and not summed.
     """
     n, d = X.shape
     sp = np.zeros((d, _MAX_PARTIALS))
@@ -176,6 +179,7 @@ def exact_column_sums(X):
     qc = np.zeros(d, dtype=np.int64)
     nans = np.zeros(d, dtype=np.int64)
     infs = np.zeros(d, dtype=np.int64)
+    huge = np.zeros(d, dtype=np.int64)
     for i in range(n):
         for j in range(d):
             x = X[i, j]
@@ -185,9 +189,12 @@ def exact_column_sums(X):
             if np.isinf(x):
                 infs[j] += 1
                 continue
+            if abs(x) > HUGE:
+                huge[j] += 1
+                continue
             sc[j] = _grow(sp[j], sc[j], x)
             p, e = _two_square(x)
             qc[j] = _grow(qp[j], qc[j], p)
             if e != 0.0:
                 qc[j] = _grow(qp[j], qc[j], e)
-    return sp, sc, qp, qc, nans, infs
+    return sp, sc, qp, qc, nans, infs, huge

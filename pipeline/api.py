@@ -30,7 +30,7 @@ def standardize(X, names=None):
     X = as_float_matrix(X)
     total = stats.chunk(X)
     names = names or [f"column {j}" for j in range(X.shape[1])]
-    check_finite(names, total.nans, total.infs)
+    check_finite(names, total)
     mean, std = stats.finalize(total)
     return kernels.standardize(X, mean, std), mean, std
 

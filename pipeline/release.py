@@ -90,7 +90,7 @@ def plan(ddf, options):
     qi, ids, non_numeric = resolve_columns(ddf.dtypes, options.quasi_identifiers, options.identifiers)
     if non_numeric:
         column = non_numeric[0]
-        raise non_numeric_error(column, ddf[column].head(1000, npartitions=-1))
+        raise non_numeric_error(column, ddf[column].head(1000))  # first partition only
     return qi, ids
 
 
@@ -116,7 +116,7 @@ def column_statistics(ddf, qi):
             ) from exc
         raise
     total = stats.combine(chunks)
-    check_finite(qi, total.nans, total.infs)
+    check_finite(qi, total)
     mean, std = stats.finalize(total)
     lengths = [c.rows for c in chunks]
     return total.rows, mean, std, lengths

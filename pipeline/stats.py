@@ -24,14 +24,15 @@ class ColumnSums:
     squares: list       # Fraction per column
     nans: np.ndarray
     infs: np.ndarray
+    huge: np.ndarray    # values beyond kernels.stats.HUGE, refused by validation
 
 
 def chunk(X):
     """Exact sums of one ``(n, d)`` float64 block."""
-    sp, sc, qp, qc, nans, infs = exact_column_sums(X)
+    sp, sc, qp, qc, nans, infs, huge = exact_column_sums(X)
     sums = [_exact(sp[j, : sc[j]]) for j in range(X.shape[1])]
     squares = [_exact(qp[j, : qc[j]]) for j in range(X.shape[1])]
-    return ColumnSums(X.shape[0], sums, squares, nans, infs)
+    return ColumnSums(X.shape[0], sums, squares, nans, infs, huge)
 
 
 def _exact(partials):
@@ -47,6 +48,7 @@ def combine(parts):
         [sum((p.squares[j] for p in parts), Fraction(0)) for j in range(d)],
         np.sum([p.nans for p in parts], axis=0),
         np.sum([p.infs for p in parts], axis=0),
+        np.sum([p.huge for p in parts], axis=0),
     )
 
 

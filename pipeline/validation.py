@@ -94,14 +94,18 @@ def non_numeric_error(column, sample):
     )
 
 
-def check_finite(columns, nan_counts, inf_counts):
-    """Raise if any QI column has NaN (missing) or infinite values, naming each and its row count."""
+def check_finite(columns, totals):
+    """Raise if any QI column has NaN (missing), infinite or overflowing values, naming each and its
+    row count. ``totals`` is a :class:`pipeline.stats.ColumnSums`."""
     problems = []
-    for name, nans, infs in zip(columns, nan_counts, inf_counts):
+    for name, nans, infs, huge in zip(columns, totals.nans, totals.infs, totals.huge):
         if nans:
             problems.append(f"column {name!r} has {int(nans)} row(s) with a missing (NaN) value")
         if infs:
             problems.append(f"column {name!r} has {int(infs)} row(s) with an infinite value")
+        if huge:
+            problems.append(f"column {name!r} has {int(huge)} row(s) with a magnitude above 1e150 "
+                            f"(rescale the column)")
     if problems:
         raise InputError(
             "quasi-identifiers must be finite numbers: " + "; ".join(problems)

@@ -130,3 +130,8 @@ def test_api_errors():
     df = pd.DataFrame({"a": [1.0, 2.0, 3.0], "s": ["x", "y", "z"]})
     with pytest.raises(microagg.InputError, match="'s' is not numeric.*'x'"):
         microagg.anonymize(df, 2, quasi_identifiers=["a", "s"])
+
+
+def test_values_too_large_to_square_are_refused():
+    with pytest.raises(microagg.InputError, match="column 0.*2 row.*above 1e150"):
+        microagg.standardize(np.array([[1e155], [-1e155], [1.0]]))

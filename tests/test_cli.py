@@ -131,3 +131,11 @@ def test_other_methods_run_end_to_end(tmp_path):
         report = json.loads((out / "_report.json").read_text())
         assert report["method"] == method and report["min_group_size"] >= 3 and report["max_group_size"] <= 5
         assert_k_anonymous(pd.read_parquet(out), report["quasi_identifiers"], 3)
+
+
+def test_bundled_example_is_the_census_file(tmp_path):
+    out = tmp_path / "demo"
+    proc = microagg_cli("anonymize", "example:census", out, "--k", 5, "--scheduler", "synchronous", check=True)
+    assert "information loss: 9.088 %" in proc.stdout
+    assert f"release: {out}" in proc.stdout and "_report.json" in proc.stdout
+    assert len(pd.read_parquet(out)) == 1080

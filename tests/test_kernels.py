@@ -1,0 +1,295 @@
+"""Property tests: the Numba kernels against the naive references of ``naive.py``.
+
+Inputs are drawn by Hypothesis. The MDAV comparison uses small-integer data, on which the kernel
+and the reference perform the same floating-point operations exactly, so labels must be identical
+even though ties and duplicate rows abound; everything else is compared with tolerances derived from
+the data's scale.
+"""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import microagg
+import naive
+from microagg import kernels
+from microagg.pipeline import stats
+
+FAST = settings(deadline=None, max_examples=150)
+THOROUGH = settings(deadline=None, max_examples=400)
+
+
+def c64(X):
+    return np.ascontiguousarray(X, dtype=np.float64)
+
+
+def finite(bound, **kwargs):
+    return st.floats(-bound, bound, allow_nan=False, allow_infinity=False, **kwargs)
+
+
+def not_tiny(bound):
+    """Bounded floats that are 0 or at least 1e-100 in magnitude: a non-constant column then has a
+    variance well inside float64's normal range (below ~1e-154 a spread underflows to a zero std,
+    in numpy as in the exact statistics, and the column is treated as constant)."""
+    return finite(bound).map(lambda v: v if v == 0.0 or abs(v) >= 1e-100 else 0.0)
+
+
+@st.composite
+def small_integer_matrix(draw, k, max_rows):
+    """An ``(n, d)`` float64 matrix of integers 0..4 with n in [k, max_rows], some columns constant."""
+    n = draw(st.integers(k, max_rows))
+    d = draw(st.integers(1, 4))
+    X = draw(hnp.arrays(np.float64, (n, d), elements=st.integers(0, 4).map(float)))
+    for j in range(d):
+        if draw(st.booleans()) and draw(st.booleans()):  # about one column in four is constant
+            X[:, j] = draw(st.integers(0, 4))
+    return c64(X)
+
+
+@st.composite
+def float_matrix(draw, min_rows, max_rows, max_cols=4, bound=1e3, elements=None):
+    """An ``(n, d)`` float64 matrix of bounded floats; the array strategy's fill value repeats, so
+    duplicate values and duplicate rows are common."""
+    n = draw(st.integers(min_rows, max_rows))
+    d = draw(st.integers(1, max_cols))
+    elements = finite(bound) if elements is None else elements
+    return c64(draw(hnp.arrays(np.float64, (n, d), elements=elements)))
+
+
+@st.composite
+def labelled_matrix(draw, max_rows=30):
+    """A float matrix and labels ``0..g-1``, every label used."""
+    X = draw(float_matrix(1, max_rows))
+    n = X.shape[0]
+    g = draw(st.integers(1, n))
+    labels = np.array(draw(st.lists(st.integers(0, g - 1), min_size=n, max_size=n)), dtype=np.int64)
+    labels[:g] = np.arange(g)  # every group non-empty ...
+    labels = labels[draw(st.permutations(range(n)))]  # ... wherever its rows are
+    return X, np.ascontiguousarray(labels, dtype=np.int64), g
+
+
+def assert_valid_partition(labels, n, k):
+    """Every row labelled, labels 0..g-1 all used, every group of k..2k-1 rows."""
+    assert labels.dtype == np.int64
+    assert labels.shape == (n,)
+    assert labels.min() == 0
+    counts = np.bincount(labels)
+    assert (counts > 0).all(), f"unused labels in 0..{labels.max()}: {np.flatnonzero(counts == 0)}"
+    if n < 2 * k:
+        assert counts.tolist() == [n]
+    else:
+        assert counts.min() >= k, f"group of {counts.min()} < k={k}"
+        assert counts.max() <= 2 * k - 1, f"group of {counts.max()} > 2k-1={2 * k - 1}"
+
+
+def assert_contiguous_along(labels, order, k):
+    """Groups are consecutive runs of ``order`` numbered 0, 1, ... along it, each of k..2k-1 rows."""
+    along = labels[order]
+    steps = np.diff(along)
+    assert along[0] == 0
+    assert set(steps.tolist()) <= {0, 1}, f"groups are not contiguous along the order: {along}"
+    counts = np.bincount(along)
+    assert counts.min() >= k and counts.max() <= 2 * k - 1, f"group sizes {counts.tolist()}"
+
+
+def sse_tolerance(X):
+    """Absolute rounding allowance for SSE-like sums: a few ulps of the sum of squares."""
+    return 1e-12 * (1.0 + float((X**2).sum()))
+
+
+# --- MDAV ---------------------------------------------------------------------------------------
+
+
+@THOROUGH
+@given(data=st.data(), k=st.integers(2, 5))
+def test_mdav_identical_to_textbook_on_ties(data, k):
+    X = data.draw(small_integer_matrix(k, 3 * k + 6))
+    expected = naive.mdav(X, k)
+    got = kernels.mdav(X, k)
+    np.testing.assert_array_equal(got, expected)
+    assert_valid_partition(got, X.shape[0], k)
+
+
+@FAST
+@given(data=st.data(), k=st.integers(2, 3))
+def test_mdav_identical_to_textbook_many_rounds(data, k):
+    # up to 17k rows: several rounds, and the first ones run before the kernel compacts dead records
+    X = data.draw(small_integer_matrix(k, 17 * k))
+    np.testing.assert_array_equal(kernels.mdav(X, k), naive.mdav(X, k))
+
+
+@THOROUGH
+@given(data=st.data(), k=st.integers(2, 6))
+def test_mdav_partition_invariants(data, k):
+    X = data.draw(float_matrix(k, 8 * k, bound=1e6))
+    labels = kernels.mdav(X, k)
+    assert_valid_partition(labels, X.shape[0], k)
+    # labels are numbered in order of formation: all groups but the last have exactly k rows
+    counts = np.bincount(labels)
+    assert (counts[:-1] == k).all()
+
+
+# --- optimal contiguous partitions (Hansen-Mukherjee) ---------------------------------------------
+
+
+@THOROUGH
+@given(data=st.data(), k=st.integers(2, 5))
+def test_univariate_optimal_is_optimal(data, k):
+    n = data.draw(st.integers(k, 14))
+    x = c64(data.draw(hnp.arrays(np.float64, n, elements=finite(100))))
+    labels, cost = kernels.univariate_optimal(x, k)
+    assert cost == pytest.approx(naive.optimal_univariate(x, k), rel=1e-9, abs=1e-9)
+    assert_contiguous_along(labels, np.argsort(x, kind="stable"), k)
+    assert naive.sse(x[:, None], labels) == pytest.approx(cost, rel=1e-9, abs=1e-9)
+
+
+@FAST
+@given(data=st.data(), k=st.integers(2, 4))
+def test_optimal_contiguous_is_optimal(data, k):
+    X = data.draw(float_matrix(k, 12, max_cols=3, bound=100))
+    n = X.shape[0]
+    order = np.array(data.draw(st.permutations(range(n))), dtype=np.int64)
+    labels, cost = kernels.optimal_contiguous(X, order, k)
+    assert cost == pytest.approx(naive.optimal_contiguous(X, order, k), rel=1e-9, abs=1e-9)
+    assert_contiguous_along(labels, order, k)
+    assert naive.sse(X, labels) == pytest.approx(cost, rel=1e-9, abs=1e-9)
+
+
+# --- SSE, SST, IL, centroids ------------------------------------------------------------------------
+
+
+@THOROUGH
+@given(case=labelled_matrix())
+def test_sse_sst_information_loss(case):
+    X, labels, g = case
+    tol = sse_tolerance(X)
+    e, t = naive.sse(X, labels), naive.sst(X)
+    assert kernels.sse(X, labels, g) == pytest.approx(e, rel=1e-9, abs=tol)
+    assert kernels.sst(X) == pytest.approx(t, rel=1e-9, abs=tol)
+    il, ke, kt = kernels.information_loss(X, labels, g)
+    assert ke == kernels.sse(X, labels, g) and kt == kernels.sst(X)
+    if t > 1e6 * tol:  # SST well above rounding noise: the ratio is meaningful, and SSE <= SST
+        assert il == pytest.approx(100.0 * e / t, rel=1e-6, abs=1e-9)
+        assert 0.0 <= il <= 100.0 * (1 + 1e-9)
+
+
+def test_information_loss_is_zero_without_spread():
+    Z = np.zeros((6, 2))
+    labels = np.array([0, 0, 0, 1, 1, 1], dtype=np.int64)
+    assert kernels.information_loss(Z, labels, 2) == (0.0, 0.0, 0.0)
+    assert naive.information_loss(Z, labels) == 0.0
+
+
+@THOROUGH
+@given(case=labelled_matrix())
+def test_group_medians(case):
+    X, labels, g = case
+    scale = float(np.abs(X).max())
+    np.testing.assert_allclose(kernels.group_medians(X, labels, g), naive.group_medians(X, labels),
+                               rtol=1e-12, atol=1e-12 * scale)
+
+
+@THOROUGH
+@given(case=labelled_matrix())
+def test_group_means_preserve_column_sums(case):
+    X, labels, g = case
+    means = kernels.group_means(X, labels, g)
+    counts = np.bincount(labels, minlength=g)
+    assert means.shape == (g, X.shape[1])
+    scale = float(np.abs(X).sum())
+    np.testing.assert_allclose((means * counts[:, None]).sum(axis=0), X.sum(axis=0),
+                               rtol=1e-9, atol=1e-12 * scale)
+    # and each row of ``means`` is its group's mean
+    for h in range(g):
+        np.testing.assert_allclose(means[h], X[labels == h].mean(axis=0), rtol=1e-9,
+                                   atol=1e-12 * scale)
+
+
+# --- standardization and its split-independent statistics -----------------------------------------
+
+
+@THOROUGH
+@given(data=st.data())
+def test_standardize_mean_zero_std_one(data):
+    X = data.draw(float_matrix(1, 40, elements=not_tiny(1e6)))
+    for j in range(X.shape[1]):
+        if data.draw(st.booleans()) and data.draw(st.booleans()):
+            X[:, j] = X[0, j]  # about one column in four constant
+    Z, mean, std = microagg.standardize(X)
+    assert Z.shape == X.shape and Z.dtype == np.float64
+    for j in range(X.shape[1]):
+        col = X[:, j]
+        if (col == col[0]).all():
+            assert std[j] == 0.0
+            assert mean[j] == col[0]
+            assert (Z[:, j] == 0.0).all()
+            continue
+        assert std[j] > 0.0
+        # z-scores carry an error of a few ulps of max|x| / std: scale the allowance with it
+        tol = 1e-12 * (1.0 + float(np.abs(col).max()) / float(col.std()))
+        assert abs(Z[:, j].mean()) <= tol
+        assert abs(Z[:, j].std() - 1.0) <= tol
+
+
+@THOROUGH
+@given(data=st.data())
+def test_column_stats_independent_of_split(data):
+    # squares must stay finite (|x| < 1.3e154); subnormals and mixed magnitudes are welcome
+    X = data.draw(float_matrix(1, 40, bound=1e100))
+    n = X.shape[0]
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=6)))  # empty chunks allowed
+    bounds = [0, *cuts, n]
+    parts = [stats.chunk(c64(X[a:b])) for a, b in zip(bounds[:-1], bounds[1:])]
+    split_mean, split_std = stats.finalize(stats.combine(parts))
+    whole_mean, whole_std = stats.finalize(stats.chunk(X))
+    np.testing.assert_array_equal(split_mean, whole_mean)
+    np.testing.assert_array_equal(split_std, whole_std)
+    # and the split order of the chunks does not matter either
+    rev_mean, rev_std = stats.finalize(stats.combine(parts[::-1]))
+    assert (rev_mean == whole_mean).all() and (rev_std == whole_std).all()
+    # the mean is the correctly rounded exact mean (fractions), whatever the cancellation
+    for j in range(X.shape[1]):
+        exact = sum((Fraction(float(v)) for v in X[:, j]), Fraction(0)) / n
+        assert whole_mean[j] == float(exact)
+
+
+# --- the public API ------------------------------------------------------------------------------
+
+
+def well_scaled(X):
+    """Each column constant or with a spread well above the rounding of its magnitude (so numpy's
+    two-pass std and the exact one give z-scores that agree to many digits)."""
+    for col in X.T:
+        spread = float(col.std())
+        if spread != 0.0 and spread < 1e-6 * float(np.abs(col).max()):
+            return False
+    return True
+
+
+@THOROUGH
+@given(data=st.data(), k=st.integers(2, 5), position=st.integers(0, 4), value=finite(1e3))
+def test_partition_ignores_constant_column(data, k, position, value):
+    X = data.draw(float_matrix(k, 6 * k, bound=1e3))
+    position = min(position, X.shape[1])
+    with_constant = c64(np.insert(X, position, value, axis=1))
+    labels = microagg.partition(X, k)
+    np.testing.assert_array_equal(microagg.partition(with_constant, k), labels)
+    assert_valid_partition(labels, X.shape[0], k)
+
+
+@THOROUGH
+@given(data=st.data(), k=st.integers(2, 5))
+def test_information_loss_matches_naive(data, k):
+    X = data.draw(float_matrix(k, 6 * k, bound=1e3))
+    assume(well_scaled(X))
+    labels = microagg.partition(X, k)
+    il = microagg.information_loss(X, labels)
+    assert il == pytest.approx(naive.information_loss(X, labels), rel=1e-7, abs=1e-9)
+    # arbitrary labels (not 0..g-1, any order) are accepted too
+    shuffled = 7 * labels[::-1] + 3
+    assert microagg.information_loss(X, shuffled) == pytest.approx(
+        naive.information_loss(X, shuffled), rel=1e-7, abs=1e-9)
