@@ -135,3 +135,10 @@ def test_api_errors():
 def test_values_too_large_to_square_are_refused():
     with pytest.raises(microagg.InputError, match="column 0.*2 row.*above 1e150"):
         microagg.standardize(np.array([[1e155], [-1e155], [1.0]]))
+
+
+def test_debug_flag_shows_the_traceback(tmp_path):
+    proc = microagg_cli("--debug", "anonymize", tmp_path / "missing.csv", tmp_path / "out", "--k", "3",
+                        "--scheduler", "synchronous")
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr and "does not exist" in proc.stderr
