@@ -1,7 +1,9 @@
 """Numba kernels on NumPy arrays: no DataFrames, paths or clients here (see STYLE.md)."""
 
+from .blocking import project, route, sample_mask, splitmix64
 from .hm import optimal_contiguous, univariate_optimal
 from .mdav import mdav
+from .refine import refine
 from .stats import (
     exact_column_sums,
     group_means,
@@ -21,6 +23,11 @@ __all__ = [
     "information_loss",
     "mdav",
     "optimal_contiguous",
+    "project",
+    "refine",
+    "route",
+    "sample_mask",
+    "splitmix64",
     "sse",
     "sst",
     "standardize",

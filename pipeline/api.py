@@ -11,6 +11,7 @@ from .. import kernels
 from . import stats
 from .errors import InputError
 from .methods import get_method
+from .stitch import REFINEMENTS, solve_block
 from .validation import (
     as_float_matrix,
     check_aggregate,
@@ -43,14 +44,16 @@ def _labels_checked(labels, n, k):
     return labels
 
 
-def partition(X, k, method="mdav", *, standardized=False):
-    """Partition the rows of ``X`` into groups of at least ``k`` similar records.
+def partition(X, k, method="mdav", *, refine="none", standardized=False):
+    """Partition the rows of ``X`` into groups of at least ``k`` similar records (one block).
 
     Parameters
     ----------
     X : array-like, shape (n, d), numeric
     k : int >= 2, at most n
     method : str, a name from ``microagg.METHODS``
+    refine : "none" (the method exactly as published) or "local" (then local search: record moves,
+        swaps and group dissolution between neighbouring groups, to a local optimum)
     standardized : bool, if True ``X`` is used as given; otherwise each column is z-scored first
         (population standard deviation), as the literature does
 
@@ -61,8 +64,15 @@ def partition(X, k, method="mdav", *, standardized=False):
     X = as_float_matrix(X)
     k = check_k(k, X.shape[0])
     m = get_method(method)
+    settings = _refinement(refine)
     Z = X if standardized else standardize(X)[0]
-    return _labels_checked(m.partition(Z, k), X.shape[0], k)
+    return _labels_checked(solve_block(Z, k, m, settings.block_sweeps), X.shape[0], k)
+
+
+def _refinement(name):
+    if name not in REFINEMENTS:
+        raise InputError(f"unknown refinement {name!r}; choose one of: {', '.join(REFINEMENTS)}")
+    return REFINEMENTS[name]
 
 
 def information_loss(X, labels, *, standardized=False):
@@ -89,25 +99,44 @@ def centroids(X, labels, n_groups, aggregate="mean"):
     return kernels.group_means(X, labels, n_groups)
 
 
-def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggregate="mean"):
-    """Microaggregate a pandas DataFrame: QI columns replaced by their group's centroid.
+def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggregate="mean", *,
+              refine="none", **blocking):
+    """Microaggregate a DataFrame: QI columns replaced by their group's centroid.
 
     Parameters
     ----------
-    df : pandas.DataFrame
+    df : pandas.DataFrame (solved in memory as one block) or dask.dataframe.DataFrame (the
+        distributed pipeline on the active Dask client or scheduler: spatial blocks, stitching,
+        release gate; the result is lazy)
     k : int >= 2
     quasi_identifiers : list of column names; default every numeric column not in ``identifiers``
     method : str, see ``microagg.METHODS``
     identifiers : direct identifiers, dropped from the result
     aggregate : "mean" (default) or "median": the centroid that replaces each group's values
+    refine : "none" or "local", see :func:`partition`
+    **blocking : for a Dask DataFrame, further :class:`microagg.pipeline.release.ReleaseOptions`
+        (``order``, ``block_size``, ``seed``...)
 
     Returns
     -------
-    pandas.DataFrame with the same rows in the same order; QI columns as float64 centroids,
-    identifier columns dropped, every other column unchanged.
+    A DataFrame of the same kind with the same rows in the same order; QI columns as float64
+    centroids, identifier columns dropped, every other column unchanged.
     """
+    import dask.dataframe as dd
+
+    if isinstance(df, dd.DataFrame):
+        from .release import ReleaseOptions, build_release
+
+        options = ReleaseOptions(
+            k=k, method=method, aggregate=aggregate, refine=refine, identifiers=tuple(identifiers),
+            quasi_identifiers=tuple(quasi_identifiers) if quasi_identifiers is not None else None,
+            **blocking,
+        )
+        return build_release(df, options)[0]
+    if blocking:
+        raise TypeError(f"blocking options {sorted(blocking)} apply to Dask DataFrames only")
     if not isinstance(df, pd.DataFrame):
-        raise TypeError(f"anonymize expects a pandas DataFrame, got {type(df).__name__}")
+        raise TypeError(f"anonymize expects a pandas or Dask DataFrame, got {type(df).__name__}")
     check_aggregate(aggregate)
     qi, ids, non_numeric = resolve_columns(df.dtypes, quasi_identifiers, identifiers)
     if non_numeric:
@@ -116,7 +145,7 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     get_method(method)
     X = np.ascontiguousarray(df[qi].to_numpy(dtype=np.float64))
     Z, _, _ = standardize(X, qi)
-    labels = partition(Z, k, method, standardized=True)
+    labels = partition(Z, k, method, refine=refine, standardized=True)
     n_groups = int(labels.max()) + 1
     released = centroids(X, labels, n_groups, aggregate)[labels]
     out = df.drop(columns=ids).copy()

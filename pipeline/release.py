@@ -25,11 +25,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import dask
+import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
 from .. import kernels
-from . import io, stats
+from . import blocking, io, stats, stitch
 from .api import centroids
 from .errors import InputError, ReleaseGateError
 from .methods import get_method
@@ -46,6 +47,10 @@ log = logging.getLogger(__name__)
 ROW_ID = "_microagg_row_id"
 GROUP_ID = "_microagg_group_id"
 LOSS = "_microagg_loss"
+LEAF = "_microagg_block"
+TASK = "_microagg_task"
+PLANE = "_microagg_plane"
+GAIN = "_microagg_stitch_gain"
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,12 @@ class ReleaseOptions:
     identifiers: tuple = ()
     aggregate: str = "mean"
     rows_per_file: int = 1_000_000
+    order: str = "kd"
+    block_size: int = 5000
+    task_rows: int | None = None        # default 16 blocks per task
+    seed: int = 0
+    refine: str = "none"
+    sample_rows: int | None = None      # default: about 64 sample rows per block
 
 
 @dataclass
@@ -84,6 +95,12 @@ def plan(ddf, options):
     get_method(options.method)
     if options.rows_per_file < 1:
         raise InputError(f"rows per file must be >= 1, got {options.rows_per_file}")
+    if options.order not in blocking.ORDERS:
+        raise InputError(f"unknown order {options.order!r}; choose one of: {', '.join(blocking.ORDERS)}")
+    if options.refine not in stitch.REFINEMENTS:
+        raise InputError(f"unknown refinement {options.refine!r}; choose one of: {', '.join(stitch.REFINEMENTS)}")
+    if options.block_size < 2 * options.k:
+        raise InputError(f"block size must be at least 2k = {2 * options.k}, got {options.block_size}")
     reserved = [c for c in ddf.columns if str(c).startswith("_microagg_")]
     if reserved:
         raise InputError(f"input column(s) {reserved} use the reserved prefix '_microagg_'; rename them")
@@ -134,58 +151,177 @@ def with_row_ids(ddf, lengths):
     return ddf.map_partitions(_attach_row_id, offsets, meta=meta)
 
 
-# --- stage 3: blocks and kernels -------------------------------------------------------------------
+# --- stage 3: sample, split tree, blocks, kernels, stitching ----------------------------------------
 
-def _solve_block(part, qi, mean, std, k, method, aggregate, partition_info=None):
-    """Run the method's kernel on one block (rows in global row-id order) and release centroids."""
-    block = partition_info["number"] if partition_info else 0
-    part = part.sort_values(ROW_ID, kind="stable")
+def _sample_rows(part, qi, seed, threshold):
+    if threshold is None:
+        return part[[ROW_ID, *qi]]
+    mask = kernels.sample_mask(part[ROW_ID].to_numpy(dtype=np.int64), seed, threshold)
+    return part.loc[mask, [ROW_ID, *qi]]
+
+
+def draw_sample(frame, qi, n_rows, options):
+    """The deterministic sample behind the split tree: ``(fraction, rows sorted by row id)``."""
+    target = options.sample_rows or min(2_000_000, max(100_000, 64 * n_rows // options.block_size))
+    fraction = min(1.0, target / n_rows)
+    threshold = None if fraction >= 1.0 else np.uint64(min(2**64 - 1, int(fraction * 2.0**64)))
+    meta = frame._meta[[ROW_ID, *qi]]
+    sample = frame.map_partitions(_sample_rows, qi, options.seed, threshold, meta=meta).compute()
+    return fraction, sample.sort_values(ROW_ID, kind="stable")
+
+
+def _standardized(part, qi, mean, std):
     X = np.ascontiguousarray(part[qi].to_numpy(dtype=np.float64))
-    Z = kernels.standardize(X, mean, std)
-    labels = get_method(method).partition(Z, k)
-    n_groups = int(labels.max()) + 1 if len(labels) else 0
-    released = centroids(X, labels, n_groups, aggregate)[labels]
-    scale = np.where(std > 0, std, np.inf)
-    loss = (((X - released) / scale) ** 2).sum(axis=1)
-    out = {ROW_ID: part[ROW_ID].to_numpy(), GROUP_ID: (np.int64(block) << 32) | labels}
+    return X, kernels.standardize(X, mean, std)
+
+
+def _route(part, qi, mean, std, tree):
+    _, Z = _standardized(part, qi, mean, std)
+    leaf = tree.route(Z)
+    return part[[ROW_ID, *qi]].assign(**{LEAF: leaf, TASK: tree.leaf_task[leaf]})
+
+
+def _solved_frame(row_id, group, plane, leaf, released, loss, gain, qi):
+    out = {ROW_ID: row_id, GROUP_ID: group, PLANE: plane, LEAF: leaf}
     out.update({name: released[:, j] for j, name in enumerate(qi)})
     out[LOSS] = loss
+    gains = np.zeros(len(row_id))
+    if len(gains):
+        gains[0] = gain  # the partition's stitching gain, carried once
+    out[GAIN] = gains
     return pd.DataFrame(out)
 
 
-def solve_blocks(frame, qi, mean, std, options):
-    """Blocks of whole rows (QIs + row id) solved by the kernel; returns the lazy solved frame.
+def _release_values(X, labels, std, aggregate):
+    """Released centroids and each row's standardized squared loss."""
+    released = centroids(X, labels, int(labels.max()) + 1, aggregate)[labels]
+    scale = np.where(std > 0, std, np.inf)
+    return released, (((X - released) / scale) ** 2).sum(axis=1)
 
-    The extract is one block: exact global microaggregation by the chosen method.
+
+def _solve_task(part, qi, mean, std, tree, options):
+    """One task (a subtree of leaves): solve, stitch its planes, release the groups that stay."""
+    if not len(part):
+        return _solved_frame(*([np.array([], np.int64)] * 4), np.empty((0, len(qi))), np.array([]), 0.0, qi)
+    task = int(part.index[0])
+    part = part.sort_values(ROW_ID, kind="stable")
+    X, Z = _standardized(part, qi, mean, std)
+    method = get_method(options.method)
+    settings = stitch.REFINEMENTS[options.refine]
+    labels, gain = stitch.solve_task(Z, part[LEAF].to_numpy(), tree, task, options.k, method, settings)
+    plane = stitch.assign_upper(Z, labels, tree, task, settings)[labels]
+    released, loss = _release_values(X, labels, std, options.aggregate)
+    boundary = plane >= 0
+    released[boundary] = X[boundary]  # released by the upper stitching stage
+    loss[boundary] = 0.0
+    group = (np.int64(task) << 32) | labels
+    return _solved_frame(part[ROW_ID].to_numpy(), group, plane, part[LEAF].to_numpy(), released, loss, gain, qi)
+
+
+def _stitch_upper(part, qi, mean, std, tree, options):
+    """The groups of every task near one upper split plane, re-solved together and released."""
+    if not len(part):
+        return _solved_frame(*([np.array([], np.int64)] * 4), np.empty((0, len(qi))), np.array([]), 0.0, qi)
+    position = int(part.index[0])
+    part = part.sort_values(ROW_ID, kind="stable")
+    X, Z = _standardized(part, qi, mean, std)
+    local = stitch.compact(part[GROUP_ID].to_numpy())
+    labels, gain = stitch.improve_groups(Z, local, np.arange(int(local.max()) + 1), options.k,
+                                         get_method(options.method), stitch.REFINEMENTS[options.refine])
+    labels = stitch.compact(labels)
+    released, loss = _release_values(X, labels, std, options.aggregate)
+    group = (np.int64(tree.n_tasks + position) << 32) | labels
+    plane = np.full(len(part), -1, dtype=np.int64)
+    return _solved_frame(part[ROW_ID].to_numpy(), group, plane, part[LEAF].to_numpy(), released, loss, gain, qi)
+
+
+def shuffle_method():
+    """Peer-to-peer shuffling on a distributed cluster; in-memory task shuffling otherwise."""
+    try:
+        from distributed import default_client
+
+        default_client()
+        return None  # dask's default for distributed (p2p)
+    except (ImportError, ValueError):
+        return "tasks"
+
+
+def _by_key(frame, column, n_keys):
+    """One partition per key value ``0..n_keys-1`` (a shuffle with known divisions)."""
+    divisions = [0, 0] if n_keys == 1 else list(range(n_keys)) + [n_keys - 1]
+    return frame.set_index(column, divisions=divisions, shuffle_method=shuffle_method())
+
+
+def solve_blocks(frame, qi, n_rows, mean, std, options):
+    """Sample -> split tree -> route -> one partition per task -> kernels -> stitched release.
+
+    Returns ``(released, tree)``: a lazy frame of ``ROW_ID, GROUP_ID, PLANE, LEAF, *qi, LOSS,
+    GAIN`` in which every group lies wholly inside one partition, and the split tree.
     """
-    blocks = frame[[ROW_ID, *qi]].repartition(npartitions=1)
-    meta = pd.DataFrame({ROW_ID: np.array([], np.int64), GROUP_ID: np.array([], np.int64)}
-                        | {name: np.array([], np.float64) for name in qi} | {LOSS: np.array([], np.float64)})
-    return blocks.map_partitions(
-        _solve_block, qi, mean, std, options.k, options.method, options.aggregate, meta=meta
-    )
+    fraction, sample = draw_sample(frame, qi, n_rows, options)
+    _, Zs = _standardized(sample, qi, mean, std)
+    task_rows = options.task_rows or 16 * options.block_size
+    tree = blocking.build_tree(Zs, fraction, options.block_size, task_rows, options.k, options.order)
+    log.info("split tree: %d blocks in %d tasks, %d upper planes (sample of %d rows)",
+             tree.n_leaves, tree.n_tasks, len(tree.upper), len(sample))
+    meta_routed = frame._meta[[ROW_ID, *qi]].assign(**{LEAF: np.array([], np.int64), TASK: np.array([], np.int64)})
+    routed = frame[[ROW_ID, *qi]].map_partitions(_route, qi, mean, std, tree, meta=meta_routed)
+    tasks = _by_key(routed, TASK, tree.n_tasks)
+    meta = _solved_frame(*([np.array([], np.int64)] * 4), np.empty((0, len(qi))), np.array([]), 0.0, qi)
+    solved = tasks.map_partitions(_solve_task, qi, mean, std, tree, options, meta=meta)
+    if not len(tree.upper):
+        return solved, tree
+    solved = solved.persist()
+    core = solved[solved[PLANE] < 0]
+    boundary = _by_key(solved[solved[PLANE] >= 0], PLANE, len(tree.upper))
+    stitched = boundary.map_partitions(_stitch_upper, qi, mean, std, tree, options, meta=meta)
+    return dd.concat([core, stitched]), tree
 
 
 # --- stage 4: the gate -----------------------------------------------------------------------------
 
+def tuple_counts(values):
+    """Occurrence count of every distinct row of ``values`` (2-D float64), exactly.
+
+    Rows are bucketed by a 64-bit hash, then every row is compared with its bucket's first row; only
+    if two different rows share a hash (never seen in practice) does it fall back to a full sort.
+    """
+    if not len(values):
+        return np.zeros(0, dtype=np.int64)
+    hashes = pd.util.hash_pandas_object(pd.DataFrame(values), index=False).to_numpy()
+    order = np.argsort(hashes, kind="stable")
+    h = hashes[order]
+    starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
+    first = np.repeat(order[starts], np.diff(np.r_[starts, len(h)]))
+    same = (values[order] == values[first]) | (np.isnan(values[order]) & np.isnan(values[first]))
+    if not same.all():
+        return np.unique(values, axis=0, return_counts=True)[1]
+    return np.diff(np.r_[starts, len(h)])
+
+
 def _block_summary(part, qi, k):
     sizes = part[GROUP_ID].value_counts()
-    tuples = part.groupby(qi, sort=False).size() if len(part) else pd.Series([], dtype=np.int64)
+    tuples = tuple_counts(part[qi].to_numpy(dtype=np.float64))
     return pd.DataFrame({
         "rows": [len(part)],
         "groups": [len(sizes)],
         "min_group_size": [int(sizes.min()) if len(sizes) else 0],
         "max_group_size": [int(sizes.max()) if len(sizes) else 0],
         "min_tuple_count": [int(tuples.min()) if len(tuples) else 0],
-        "rows_in_small_tuples": [int(tuples[tuples < k].sum())],
+        "rows_in_small_tuples": [int(tuples[tuples < k].sum()) if len(tuples) else 0],
         "sse": [float(part[LOSS].sum())],
+        "stitch_gain": [float(part[GAIN].sum())],
     })
 
 
 def gate(solved, qi, k, n_rows):
-    """Per-block summary; raises :class:`ReleaseGateError` unless the release is k-anonymous."""
-    meta = _block_summary(pd.DataFrame({GROUP_ID: [], LOSS: []} | {q: [] for q in qi}), qi, k).iloc[:0]
-    blocks = solved.map_partitions(_block_summary, qi, k, meta=meta).compute()
+    """Per-partition summary and block sizes; raises :class:`ReleaseGateError` unless the release is
+    k-anonymous. Every group lies wholly inside one partition, so a tuple seen >= k times in every
+    partition where it occurs is seen >= k times in the release."""
+    meta = _block_summary(solved._meta, qi, k).iloc[:0]
+    blocks, block_sizes = dask.compute(
+        solved.map_partitions(_block_summary, qi, k, meta=meta), solved[LEAF].value_counts()
+    )
     rows = int(blocks["rows"].sum())
     bad = int(blocks["rows_in_small_tuples"].sum())
     if rows != n_rows:
@@ -195,7 +331,7 @@ def gate(solved, qi, k, n_rows):
             f"the release is not {k}-anonymous: {bad} row(s) carry a quasi-identifier tuple seen fewer "
             f"than k={k} times (smallest group {int(blocks['min_group_size'].min())}); nothing written"
         )
-    return blocks
+    return blocks, block_sizes.to_numpy()
 
 
 # --- stage 5: back to input order, write -----------------------------------------------------------
@@ -225,56 +361,86 @@ def restore_order(frame, solved, lengths, qi, ids, n_rows, rows_per_file):
     in_div = tuple(int(o) for o in offsets) + (n_rows - 1,)
     out_div = file_divisions(n_rows, rows_per_file)
     original = frame.set_index(ROW_ID, sorted=True, divisions=in_div).repartition(divisions=out_div)
-    released = solved[[ROW_ID, *qi]].set_index(ROW_ID, divisions=out_div)
+    released = solved[[ROW_ID, *qi]].set_index(ROW_ID, divisions=out_div, shuffle_method=shuffle_method())
     meta = _replace_qis(original._meta, released._meta, qi, ids)
     return original.map_partitions(_replace_qis, released, qi, ids, meta=meta, align_dataframes=False)
 
 
-def run(input_path, output, options, report_path=None):
-    """Read, anonymize, check and atomically write a release; returns the report (a dict)."""
+def build_release(ddf, options, timings=None):
+    """All stages but the write: ``(released, report)``.
+
+    ``released`` is a lazy Dask DataFrame of the input rows in input order (QIs replaced by group
+    centroids, identifiers dropped), already checked by the gate; ``report`` describes it.
+    """
     from .. import __version__
 
-    timings = Timings()
-    with timings.stage("read_validate"):
-        ddf = io.read_input(input_path)
+    timings = timings or Timings()
+    with timings.stage("validate"):
         qi, ids = plan(ddf, options)
-        tmp = io.prepare_output(output)
+    with timings.stage("statistics"):
+        n_rows, mean, std, lengths = column_statistics(ddf, qi)
+        check_k(options.k, n_rows)
+        frame = with_row_ids(ddf, lengths)
+    with timings.stage("blocks"):
+        solved, tree = solve_blocks(frame, qi, n_rows, mean, std, options)
+        solved = solved.persist()
+    with timings.stage("gate"):
+        blocks, block_sizes = gate(solved, qi, options.k, n_rows)
+    sse = float(blocks["sse"].sum())
+    sst = float(n_rows * np.count_nonzero(std > 0))
+    report = {
+        "rows": n_rows,
+        "k": options.k,
+        "method": options.method,
+        "refine": options.refine,
+        "aggregate": options.aggregate,
+        "order": options.order,
+        "seed": options.seed,
+        "quasi_identifiers": qi,
+        "identifiers_dropped": ids,
+        "groups": int(blocks["groups"].sum()),
+        "min_group_size": int(blocks["min_group_size"].min()),
+        "max_group_size": int(blocks["max_group_size"].max()),
+        "information_loss": 100.0 * sse / sst if sst > 0 else 0.0,
+        "sse": sse,
+        "sst": sst,
+        "k_anonymity_verified": True,
+        "min_tuple_count": int(blocks["min_tuple_count"].min()),
+        "blocks": tree.n_leaves,
+        "block_size_target": options.block_size,
+        "block_sizes": _distribution(block_sizes),
+        "tasks": tree.n_tasks,
+        "upper_planes": len(tree.upper),
+        "stitch_sse_gain": float(blocks["stitch_gain"].sum()),
+        "options": asdict(options),
+        "version": __version__,
+    }
+    released = restore_order(frame, solved, lengths, qi, ids, n_rows, options.rows_per_file)
+    return released, report
+
+
+def _distribution(sizes):
+    sizes = np.asarray(sizes)
+    if not len(sizes):
+        return {}
+    q = np.quantile(sizes, [0.0, 0.1, 0.5, 0.9, 1.0])
+    return {"min": int(q[0]), "p10": float(q[1]), "median": float(q[2]), "p90": float(q[3]), "max": int(q[4]),
+            "mean": float(sizes.mean())}
+
+
+def run(input_path, output, options, report_path=None):
+    """Read, anonymize, check and atomically write a release; returns the report (a dict)."""
+    timings = Timings()
+    with timings.stage("read"):
+        ddf = io.read_input(input_path)
+    plan(ddf, options)  # fail on bad options before touching the output location
+    tmp = io.prepare_output(output)
     try:
-        with timings.stage("statistics"):
-            n_rows, mean, std, lengths = column_statistics(ddf, qi)
-            check_k(options.k, n_rows)
-            frame = with_row_ids(ddf, lengths)
-        with timings.stage("blocks"):
-            solved = solve_blocks(frame, qi, mean, std, options).persist()
-        with timings.stage("gate"):
-            blocks = gate(solved, qi, options.k, n_rows)
-        sse = float(blocks["sse"].sum())
-        sst = float(n_rows * np.count_nonzero(std > 0))
-        report = {
-            "rows": n_rows,
-            "k": options.k,
-            "method": options.method,
-            "aggregate": options.aggregate,
-            "quasi_identifiers": qi,
-            "identifiers_dropped": ids,
-            "groups": int(blocks["groups"].sum()),
-            "min_group_size": int(blocks["min_group_size"].min()),
-            "max_group_size": int(blocks["max_group_size"].max()),
-            "information_loss": 100.0 * sse / sst if sst > 0 else 0.0,
-            "sse": sse,
-            "sst": sst,
-            "k_anonymity_verified": True,
-            "min_tuple_count": int(blocks["min_tuple_count"].min()),
-            "blocks": len(blocks),
-            "input": str(input_path),
-            "output": str(output),
-            "options": asdict(options),
-            "version": __version__,
-        }
+        released, report = build_release(ddf, options, timings)
+        report.update(input=str(input_path), output=str(output))
         with timings.stage("write"):
-            released = restore_order(frame, solved, lengths, qi, ids, n_rows, options.rows_per_file)
-            metadata = {k: report[k] for k in ("k", "method", "aggregate", "quasi_identifiers",
-                                               "information_loss", "version")}
+            metadata = {k: report[k] for k in ("k", "method", "refine", "aggregate", "order", "seed",
+                                               "quasi_identifiers", "information_loss", "version")}
             released.to_parquet(
                 tmp,
                 write_index=False,

@@ -1,0 +1,143 @@
+"""The split tree that puts similar records into the same block.
+
+Built on the client from a deterministic sample of the standardized QIs (rows chosen by hashing
+their global row id with the seed), by recursive median splits:
+
+* ``kd`` (default): each cell is split at the median of its own first principal direction (a
+  principal-direction k-d tree). Measured while planning on 100k x 13 clustered rows, k=5: +7.8% IL
+  at 5,000-row cells, against +11.8% for splits along the axis of largest variance and +25% for 1-D
+  slabs; the stitching of :mod:`pipeline.stitch` then wins the loss back.
+* ``pca``: every split along the global first principal component: 1-D slabs in PCP order
+  (``shared/papers/mic1d-one-dimension-microaggregation.txt``, principal component projection).
+* ``zscore``: every split along the sum of z-scores (the Z-score projection of the same paper).
+
+A cell becomes a leaf (a block) once its estimated row count is at most ``block_size``. Leaves are
+grouped into *tasks*: the largest subtrees of at most ``task_rows`` estimated rows; a task is one
+Dask partition, solved and stitched internally. The split planes above the task level (the
+*upper* nodes) are stitched across tasks in a second stage.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import kernels
+from ..kernels import project
+
+ORDERS = ("kd", "pca", "zscore")
+MIN_LEAF_SAMPLE = 8
+
+
+@dataclass
+class SplitTree:
+    """Arrays of a binary split tree (see :func:`microagg.kernels.blocking.route`)."""
+
+    directions: np.ndarray          # (nodes, d)
+    thresholds: np.ndarray          # (nodes,)
+    left: np.ndarray                # (nodes,) child node id or -1 - leaf
+    right: np.ndarray
+    leaf_task: np.ndarray           # (leaves,) task of each leaf
+    task_root: np.ndarray           # (tasks,) node id, or -1 - leaf for a one-leaf task
+    upper: np.ndarray               # node ids above the task level, in pre-order
+    task_ancestors: list = field(default_factory=list)  # per task: positions in ``upper``, root first
+
+    @property
+    def n_leaves(self):
+        return len(self.leaf_task)
+
+    @property
+    def n_tasks(self):
+        return len(self.task_root)
+
+    def route(self, Z):
+        if len(self.thresholds) == 0:
+            return np.zeros(Z.shape[0], dtype=np.int64)
+        return kernels.route(Z, self.directions, self.thresholds, self.left, self.right)
+
+    def children(self, ref):
+        """``(left, right)`` child references of node ``ref`` (>= 0)."""
+        return int(self.left[ref]), int(self.right[ref])
+
+    def subtree_leaves(self, ref):
+        if ref < 0:
+            return [-1 - ref]
+        a, b = self.children(ref)
+        return self.subtree_leaves(a) + self.subtree_leaves(b)
+
+
+def principal_direction(Z):
+    """Unit first principal direction of the rows of ``Z`` (sign: largest entry positive)."""
+    centred = Z - Z.mean(axis=0)
+    _, vectors = np.linalg.eigh(centred.T @ centred)
+    v = np.ascontiguousarray(vectors[:, -1])
+    if v[np.argmax(np.abs(v))] < 0:
+        v = -v
+    return v
+
+
+def build_tree(Z, fraction, block_size, task_rows, k, order="kd"):
+    """Split tree from the sample ``Z`` (rows in row-id order) drawn with probability ``fraction``."""
+    if order not in ORDERS:
+        raise ValueError(order)
+    d = Z.shape[1]
+    fixed = None
+    if order == "pca":
+        fixed = principal_direction(Z)
+    elif order == "zscore":
+        fixed = np.full(d, 1.0 / np.sqrt(d))
+    min_child = max(MIN_LEAF_SAMPLE, k)
+    directions, thresholds, lefts, rights, estimates = [], [], [], [], []
+    n_leaves = 0
+
+    def grow(idx):
+        nonlocal n_leaves
+        estimate = len(idx) / fraction
+        if estimate > block_size and len(idx) >= 2 * min_child:
+            v = fixed if fixed is not None else principal_direction(Z[idx])
+            p = project(np.ascontiguousarray(Z[idx]), v)
+            threshold = float(np.median(p))
+            go_left = p <= threshold
+            if min_child <= go_left.sum() <= len(idx) - min_child:
+                node = len(thresholds)
+                directions.append(v)
+                thresholds.append(threshold)
+                lefts.append(0)
+                rights.append(0)
+                estimates.append(estimate)
+                lefts[node] = grow(idx[go_left])
+                rights[node] = grow(idx[~go_left])
+                return node
+        n_leaves += 1
+        return -n_leaves  # == -1 - leaf
+
+    root = grow(np.arange(Z.shape[0]))
+    tree = SplitTree(
+        directions=np.ascontiguousarray(np.array(directions, dtype=np.float64).reshape(len(thresholds), d)),
+        thresholds=np.array(thresholds, dtype=np.float64),
+        left=np.array(lefts, dtype=np.int64),
+        right=np.array(rights, dtype=np.int64),
+        leaf_task=np.zeros(n_leaves, dtype=np.int64),
+        task_root=np.zeros(0, dtype=np.int64),
+        upper=np.zeros(0, dtype=np.int64),
+    )
+    roots, upper, ancestors = [], [], []
+
+    def assign(ref, path):
+        if ref < 0 or estimates[ref] <= task_rows:
+            task = len(roots)
+            roots.append(ref)
+            ancestors.append(list(path))
+            for leaf in tree.subtree_leaves(ref):
+                tree.leaf_task[leaf] = task
+            return
+        position = len(upper)
+        upper.append(ref)
+        a, b = tree.children(ref)
+        assign(a, path + [position])
+        assign(b, path + [position])
+
+    assign(root, [])
+    tree.task_root = np.array(roots, dtype=np.int64)
+    tree.upper = np.array(upper, dtype=np.int64)
+    tree.task_ancestors = ancestors
+    return tree
