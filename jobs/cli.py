@@ -8,6 +8,7 @@ import traceback
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
+HMAC_KEY_VARIABLE = "MICROAGG_HMAC_KEY"
 
 
 def _add_anonymize(sub):
@@ -35,17 +36,43 @@ def _add_anonymize(sub):
     p.add_argument("--report", default=None, metavar="PATH",
                    help="where to write the JSON report (default OUTPUT/_report.json)")
     p.add_argument("--rows-per-file", type=int, default=1_000_000, help="rows per output Parquet file")
+    p.add_argument("--refine", default="none", choices=("none", "local"),
+                   help="none: each block exactly as the method builds it, light stitching across split "
+                        "planes (default); local: local search (record moves, swaps, group dissolution) "
+                        "inside every block and deeper stitching: lower information loss, slower")
+    p.add_argument("--order", default="kd", choices=("kd", "pca", "zscore"),
+                   help="how records are blocked: kd (recursive median splits along each cell's first "
+                        "principal direction; default), pca (slabs along the first principal component), "
+                        "zscore (slabs along the sum of z-scores)")
+    p.add_argument("--block-size", type=int, default=5000,
+                   help="largest block solved by the method at once (default 5000); an input of at most "
+                        "this many rows is solved exactly as one block")
+    p.add_argument("--blocks-per-task", type=int, default=16,
+                   help="blocks solved and stitched together in one Dask task (default 16); the split planes "
+                        "between tasks are stitched in a second, parallel stage")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample that shapes the blocks (default 0)")
+    p.add_argument("--hash-identifiers", action="store_true",
+                   help="replace identifiers by their keyed HMAC-SHA256 instead of dropping them; the key is "
+                        "read from the environment variable MICROAGG_HMAC_KEY (never from the command line)")
     p.add_argument("--scheduler", default="local", metavar="local|synchronous|tcp://HOST:PORT",
                    help="local: an embedded Dask cluster sized to this machine (default); synchronous: no "
                         "cluster, everything in this process; or the address of a running Dask scheduler")
     p.add_argument("--workers", type=int, default=None, help="worker processes of the local cluster (default: cores)")
+    p.add_argument("--threads-per-worker", type=int, default=1, help="threads per local worker (default 1)")
     p.add_argument("--memory-limit", default="auto", help="memory limit per local worker, e.g. 4GiB (default auto)")
 
 
 def _anonymize(args):
+    from ..pipeline.errors import InputError
     from ..pipeline.release import ReleaseOptions, run
-    from .cluster import dask_client
+    from .cluster import dask_client, worker_memory
+    from .progress import StageProgress, wanted
 
+    key = None
+    if args.hash_identifiers:
+        key = os.environ.get(HMAC_KEY_VARIABLE, "").encode()
+        if not key:
+            raise InputError(f"--hash-identifiers needs the secret key in the environment variable {HMAC_KEY_VARIABLE}")
     options = ReleaseOptions(
         k=args.k,
         method=args.method,
@@ -53,14 +80,26 @@ def _anonymize(args):
         identifiers=tuple(c.strip() for c in args.identifiers.split(",") if c.strip()),
         aggregate=args.aggregate,
         rows_per_file=args.rows_per_file,
+        refine=args.refine,
+        order=args.order,
+        block_size=args.block_size,
+        blocks_per_task=args.blocks_per_task,
+        seed=args.seed,
+        hash_identifiers=args.hash_identifiers,
     )
-    with dask_client(args.scheduler, workers=args.workers, memory_limit=args.memory_limit) as client:
-        if client is not None and client.dashboard_link and args.scheduler == "local":
+    with dask_client(args.scheduler, workers=args.workers, threads_per_worker=args.threads_per_worker,
+                     memory_limit=args.memory_limit) as client:
+        if client is not None and client.dashboard_link:
             _say(args, f"Dask dashboard: {client.dashboard_link}")
-        report = run(args.input, args.output, options, report_path=args.report)
+        extra = (lambda: {"workers": worker_memory(client)}) if client is not None else None
+        if wanted() and not args.quiet:
+            with StageProgress(client):
+                report = run(args.input, args.output, options, args.report, key, extra)
+        else:
+            report = run(args.input, args.output, options, args.report, key, extra)
     _say(args, f"release: {report['output']} ({report['rows']} rows, {report['groups']} groups of "
                f"{report['min_group_size']}..{report['max_group_size']} records, k={report['k']}, "
-               f"method {report['method']})")
+               f"method {report['method']}, {report['blocks']} block(s))")
     _say(args, f"report: {report['report']}")
     _say(args, f"information loss: {report['information_loss']:.3f} %")
     return EXIT_OK

@@ -55,3 +55,18 @@ def _has_dashboard():
     except ImportError:
         return False
     return True
+
+
+def _peak_rss():
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def worker_memory(client):
+    """Peak resident memory of every worker process so far (bytes), for the job report."""
+    try:
+        peaks = client.run(_peak_rss)
+    except Exception:  # a report field must never fail a finished job
+        return {}
+    return {"count": len(peaks), "peak_rss_bytes": peaks, "max_peak_rss_bytes": max(peaks.values(), default=0)}

@@ -18,6 +18,7 @@ Stages (each timed; one ``compute`` or ``persist`` each):
 Library code owns no cluster: it runs on the active Dask client or scheduler.
 """
 
+import hmac
 import json
 import logging
 import time
@@ -65,10 +66,11 @@ class ReleaseOptions:
     rows_per_file: int = 1_000_000
     order: str = "kd"
     block_size: int = 5000
-    task_rows: int | None = None        # default 16 blocks per task
+    blocks_per_task: int = 16           # blocks solved and stitched together in one Dask task
     seed: int = 0
     refine: str = "none"
     sample_rows: int | None = None      # default: about 64 sample rows per block
+    hash_identifiers: bool = False      # replace identifiers by a keyed HMAC instead of dropping them
 
 
 @dataclass
@@ -99,6 +101,8 @@ def plan(ddf, options):
         raise InputError(f"unknown order {options.order!r}; choose one of: {', '.join(blocking.ORDERS)}")
     if options.refine not in stitch.REFINEMENTS:
         raise InputError(f"unknown refinement {options.refine!r}; choose one of: {', '.join(stitch.REFINEMENTS)}")
+    if options.blocks_per_task < 1:
+        raise InputError(f"blocks per task must be >= 1, got {options.blocks_per_task}")
     if options.block_size < 2 * options.k:
         raise InputError(f"block size must be at least 2k = {2 * options.k}, got {options.block_size}")
     reserved = [c for c in ddf.columns if str(c).startswith("_microagg_")]
@@ -235,15 +239,28 @@ def _stitch_upper(part, qi, mean, std, tree, options):
     return _solved_frame(part[ROW_ID].to_numpy(), group, plane, part[LEAF].to_numpy(), released, loss, gain, qi)
 
 
-def shuffle_method():
-    """Peer-to-peer shuffling on a distributed cluster; in-memory task shuffling otherwise."""
+def _client():
     try:
         from distributed import default_client
 
-        default_client()
-        return None  # dask's default for distributed (p2p)
+        return default_client()
     except (ImportError, ValueError):
-        return "tasks"
+        return None
+
+
+def persisted(frame):
+    """Persist ``frame`` and wait for it, so stage timings measure the work, not its submission."""
+    frame = frame.persist()
+    if _client() is not None:
+        from distributed import wait
+
+        wait(frame)
+    return frame
+
+
+def shuffle_method():
+    """Peer-to-peer shuffling on a distributed cluster; in-memory task shuffling otherwise."""
+    return None if _client() is not None else "tasks"  # None: dask's default on distributed (p2p)
 
 
 def _by_key(frame, column, n_keys):
@@ -260,7 +277,7 @@ def solve_blocks(frame, qi, n_rows, mean, std, options):
     """
     fraction, sample = draw_sample(frame, qi, n_rows, options)
     _, Zs = _standardized(sample, qi, mean, std)
-    task_rows = options.task_rows or 16 * options.block_size
+    task_rows = options.blocks_per_task * options.block_size
     tree = blocking.build_tree(Zs, fraction, options.block_size, task_rows, options.k, options.order)
     log.info("split tree: %d blocks in %d tasks, %d upper planes (sample of %d rows)",
              tree.n_leaves, tree.n_tasks, len(tree.upper), len(sample))
@@ -271,7 +288,7 @@ def solve_blocks(frame, qi, n_rows, mean, std, options):
     solved = tasks.map_partitions(_solve_task, qi, mean, std, tree, options, meta=meta)
     if not len(tree.upper):
         return solved, tree
-    solved = solved.persist()
+    solved = persisted(solved)
     core = solved[solved[PLANE] < 0]
     boundary = _by_key(solved[solved[PLANE] >= 0], PLANE, len(tree.upper))
     stitched = boundary.map_partitions(_stitch_upper, qi, mean, std, tree, options, meta=meta)
@@ -322,24 +339,36 @@ def gate(solved, qi, k, n_rows):
     blocks, block_sizes = dask.compute(
         solved.map_partitions(_block_summary, qi, k, meta=meta), solved[LEAF].value_counts()
     )
+    blocks = blocks[blocks["rows"] > 0]  # a shuffle can leave partitions empty
     rows = int(blocks["rows"].sum())
     bad = int(blocks["rows_in_small_tuples"].sum())
     if rows != n_rows:
         raise ReleaseGateError(f"the release has {rows} rows but the input has {n_rows}; nothing written")
-    if bad or int(blocks["min_group_size"].min()) < k:
+    smallest = int(blocks["min_group_size"].min())
+    if bad or smallest < k:
         raise ReleaseGateError(
             f"the release is not {k}-anonymous: {bad} row(s) carry a quasi-identifier tuple seen fewer "
-            f"than k={k} times (smallest group {int(blocks['min_group_size'].min())}); nothing written"
+            f"than k={k} times (smallest group {smallest}); nothing written"
         )
     return blocks, block_sizes.to_numpy()
 
 
 # --- stage 5: back to input order, write -----------------------------------------------------------
 
-def _replace_qis(original, released, qi, drop):
+def _pseudonyms(values, key):
+    """HMAC-SHA256 (hex) of each value's text under ``key``: stable pseudonyms, unlinkable without it."""
+    return np.array([hmac.digest(key, str(v).encode(), "sha256").hex() for v in values], dtype=object)
+
+
+def _replace_qis(original, released, qi, identifiers, key=None):
     if not original.index.equals(released.index):
         raise ReleaseGateError("released rows do not match the input rows by row id; nothing written")
-    out = original.drop(columns=list(drop))
+    if key is None:
+        out = original.drop(columns=list(identifiers))
+    else:
+        out = original.copy()
+        for name in identifiers:
+            out[name] = pd.array(_pseudonyms(out[name].to_numpy(), key), dtype="string")
     for name in qi:
         out[name] = released[name].to_numpy()
     return out.reset_index(drop=True)
@@ -353,8 +382,9 @@ def file_divisions(n_rows, rows_per_file):
     return tuple(starts) + (n_rows - 1,)
 
 
-def restore_order(frame, solved, lengths, qi, ids, n_rows, rows_per_file):
-    """The released frame: input rows in input order with QIs replaced, identifiers dropped."""
+def restore_order(frame, solved, lengths, qi, ids, n_rows, rows_per_file, key=None):
+    """The released frame: input rows in input order with QIs replaced, identifiers dropped (or
+    pseudonymised with the HMAC ``key``)."""
     keep = [i for i, n in enumerate(lengths) if n]
     frame = frame.partitions[keep]
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])[keep]
@@ -362,28 +392,34 @@ def restore_order(frame, solved, lengths, qi, ids, n_rows, rows_per_file):
     out_div = file_divisions(n_rows, rows_per_file)
     original = frame.set_index(ROW_ID, sorted=True, divisions=in_div).repartition(divisions=out_div)
     released = solved[[ROW_ID, *qi]].set_index(ROW_ID, divisions=out_div, shuffle_method=shuffle_method())
-    meta = _replace_qis(original._meta, released._meta, qi, ids)
-    return original.map_partitions(_replace_qis, released, qi, ids, meta=meta, align_dataframes=False)
+    meta = _replace_qis(original._meta, released._meta, qi, ids, key)
+    return original.map_partitions(_replace_qis, released, qi, ids, key, meta=meta, align_dataframes=False)
 
 
-def build_release(ddf, options, timings=None):
+def build_release(ddf, options, timings=None, identifier_key=None):
     """All stages but the write: ``(released, report)``.
 
     ``released`` is a lazy Dask DataFrame of the input rows in input order (QIs replaced by group
-    centroids, identifiers dropped), already checked by the gate; ``report`` describes it.
+    centroids, identifiers dropped or, with ``options.hash_identifiers``, replaced by their HMAC under
+    ``identifier_key``), already checked by the gate; ``report`` describes it.
     """
     from .. import __version__
 
     timings = timings or Timings()
     with timings.stage("validate"):
         qi, ids = plan(ddf, options)
+        if options.hash_identifiers and not identifier_key:
+            raise InputError("hashing identifiers needs a secret key (the CLI reads it from the environment "
+                             "variable MICROAGG_HMAC_KEY)")
+        if options.hash_identifiers and not ids:
+            raise InputError("hashing identifiers needs --identifiers to name them")
     with timings.stage("statistics"):
         n_rows, mean, std, lengths = column_statistics(ddf, qi)
         check_k(options.k, n_rows)
         frame = with_row_ids(ddf, lengths)
     with timings.stage("blocks"):
         solved, tree = solve_blocks(frame, qi, n_rows, mean, std, options)
-        solved = solved.persist()
+        solved = persisted(solved)
     with timings.stage("gate"):
         blocks, block_sizes = gate(solved, qi, options.k, n_rows)
     sse = float(blocks["sse"].sum())
@@ -397,7 +433,8 @@ def build_release(ddf, options, timings=None):
         "order": options.order,
         "seed": options.seed,
         "quasi_identifiers": qi,
-        "identifiers_dropped": ids,
+        "identifiers_dropped": [] if options.hash_identifiers else ids,
+        "identifiers_hashed": ids if options.hash_identifiers else [],
         "groups": int(blocks["groups"].sum()),
         "min_group_size": int(blocks["min_group_size"].min()),
         "max_group_size": int(blocks["max_group_size"].max()),
@@ -415,7 +452,8 @@ def build_release(ddf, options, timings=None):
         "options": asdict(options),
         "version": __version__,
     }
-    released = restore_order(frame, solved, lengths, qi, ids, n_rows, options.rows_per_file)
+    key = identifier_key if options.hash_identifiers else None
+    released = restore_order(frame, solved, lengths, qi, ids, n_rows, options.rows_per_file, key)
     return released, report
 
 
@@ -428,15 +466,18 @@ def _distribution(sizes):
             "mean": float(sizes.mean())}
 
 
-def run(input_path, output, options, report_path=None):
-    """Read, anonymize, check and atomically write a release; returns the report (a dict)."""
+def run(input_path, output, options, report_path=None, identifier_key=None, report_extra=None):
+    """Read, anonymize, check and atomically write a release; returns the report (a dict).
+
+    ``report_extra``, if given, is called after the write and its dict merged into the report.
+    """
     timings = Timings()
     with timings.stage("read"):
         ddf = io.read_input(input_path)
     plan(ddf, options)  # fail on bad options before touching the output location
     tmp = io.prepare_output(output)
     try:
-        released, report = build_release(ddf, options, timings)
+        released, report = build_release(ddf, options, timings, identifier_key)
         report.update(input=str(input_path), output=str(output))
         with timings.stage("write"):
             metadata = {k: report[k] for k in ("k", "method", "refine", "aggregate", "order", "seed",
@@ -449,6 +490,8 @@ def run(input_path, output, options, report_path=None):
                 write_metadata_file=False,
             )
         report["timings"] = timings.seconds
+        if report_extra:
+            report.update(report_extra())
         default_report = report_path is None
         report["report"] = str(report_path) if report_path else str(f"{output}/_report.json")
         if default_report:

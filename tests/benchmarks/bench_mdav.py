@@ -17,19 +17,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import naive  # noqa: E402  (tests/naive.py)
+from synthetic import clustered  # noqa: E402
 
 import microagg  # noqa: E402
 from microagg import kernels  # noqa: E402
-
-
-def clustered(n, d=13, clusters=20, seed=0):
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(0, 4, size=(clusters, d))
-    mixing = rng.normal(0, 1, size=(clusters, d, d)) / np.sqrt(d)
-    which = rng.integers(0, clusters, size=n)
-    noise = rng.normal(size=(n, d))
-    X = centers[which] + np.einsum("nd,nde->ne", noise, mixing[which])
-    return np.ascontiguousarray(X)
 
 
 def main():

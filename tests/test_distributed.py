@@ -1,0 +1,186 @@
+"""The distributed pipeline: blocks, stitching, determinism, invariants, gate, identifiers."""
+
+import hashlib
+import hmac
+import json
+import os
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+
+import microagg
+from conftest import CENSUS_CSV, assert_k_anonymous, microagg_cli
+from synthetic import QI, extract
+
+BLOCKED = ["--block-size", "1500", "--blocks-per-task", "4", "--identifiers", "person_id", "--qi", ",".join(QI)]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """20k rows as one Parquet file and as four, plus the frame."""
+    df = extract(20_000, seed=3)
+    root = tmp_path_factory.mktemp("data")
+    df.to_parquet(root / "one.parquet", index=False)
+    (root / "four").mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(len(df)), 4)):
+        df.iloc[rows].to_parquet(root / "four" / f"part-{i}.parquet", index=False)
+    return root, df
+
+
+def _run(tmp_path, name, *args):
+    out = tmp_path / name
+    microagg_cli("anonymize", *args[:1], out, *args[1:], check=True)
+    return out
+
+
+def _files(out):
+    return {p.name: p.read_bytes() for p in sorted(out.glob("*.parquet"))}
+
+
+def test_blocked_release_invariants(tmp_path, data):
+    root, df = data
+    out = _run(tmp_path, "rel", root / "one.parquet", "--k", 5, *BLOCKED, "--scheduler", "synchronous",
+               "--rows-per-file", 7000)
+    released = pd.read_parquet(out)
+    report = json.loads((out / "_report.json").read_text())
+    assert report["blocks"] > 8 and report["tasks"] >= 2 and report["upper_planes"] >= 1
+    assert report["stitch_sse_gain"] > 0
+    assert len(released) == len(df) and "person_id" not in released.columns
+    assert_k_anonymous(released, QI, 5)
+    assert report["min_group_size"] >= 5 and report["max_group_size"] <= 9
+    assert released["region"].astype(str).tolist() == df["region"].astype(str).tolist()
+    np.testing.assert_array_equal(released["flag"].to_numpy(), df["flag"].to_numpy())
+    np.testing.assert_allclose(released[QI].sum().to_numpy(), df[QI].sum().to_numpy(), rtol=1e-9, atol=1e-6)
+    assert sorted(_files(out)) == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    # blocking + stitching stays close to global MDAV (and usually beats it)
+    X = df[QI].to_numpy()
+    global_il = microagg.information_loss(X, microagg.partition(X, 5))
+    assert report["information_loss"] < 1.05 * global_il
+
+
+def test_byte_identical_across_files_workers_and_schedulers(tmp_path, data):
+    root, _ = data
+    common = ["--k", 4, *BLOCKED]
+    reference = _files(_run(tmp_path, "sync-one", root / "one.parquet", *common, "--scheduler", "synchronous"))
+    for name, source, extra in [
+        ("sync-four", root / "four", ["--scheduler", "synchronous"]),
+        ("local-1", root / "four", ["--workers", 1]),
+        ("local-2", root / "one.parquet", ["--workers", 2]),
+    ]:
+        assert _files(_run(tmp_path, name, source, *common, *extra)) == reference, name
+
+
+def test_dask_api_is_independent_of_partitioning(data):
+    _, df = data
+    small = df.iloc[:6000]
+    results = []
+    with dask.config.set(scheduler="synchronous"):
+        for npartitions in (1, 3, 7):
+            ddf = dd.from_pandas(small, npartitions=npartitions)
+            out = microagg.anonymize(ddf, 3, quasi_identifiers=QI, identifiers=["person_id"], block_size=1000)
+            assert isinstance(out, dd.DataFrame)
+            results.append(out.compute().reset_index(drop=True))
+    for other in results[1:]:
+        pd.testing.assert_frame_equal(other, results[0])
+    assert_k_anonymous(results[0], QI, 3)
+
+
+@pytest.mark.parametrize("refine", ["none", "local"])
+def test_one_block_equals_the_in_memory_method(census, refine):
+    with dask.config.set(scheduler="synchronous"):
+        distributed = microagg.anonymize(dd.from_pandas(census, npartitions=3), 3, refine=refine).compute()
+    in_memory = microagg.anonymize(census, 3, refine=refine)
+    pd.testing.assert_frame_equal(distributed.reset_index(drop=True), in_memory)
+    X = census.to_numpy(dtype=float)
+    labels = microagg.partition(X, 3, refine=refine)
+    expected = 5.692 if refine == "none" else None
+    il = microagg.information_loss(X, labels)
+    if expected:
+        assert round(il, 3) == expected
+    else:
+        assert il < 5.692  # the local search only ever lowers the SSE
+
+
+@pytest.mark.parametrize("order", ["kd", "pca", "zscore"])
+def test_orders_give_k_anonymous_releases(tmp_path, data, order):
+    root, df = data
+    out = _run(tmp_path, order, root / "one.parquet", "--k", 3, *BLOCKED, "--order", order,
+               "--scheduler", "synchronous")
+    report = json.loads((out / "_report.json").read_text())
+    assert report["order"] == order and report["blocks"] > 1
+    assert_k_anonymous(pd.read_parquet(out), QI, 3)
+
+
+def test_local_refinement_lowers_information_loss(tmp_path, data):
+    root, _ = data
+    plain = _run(tmp_path, "plain", root / "one.parquet", "--k", 5, *BLOCKED, "--scheduler", "synchronous")
+    refined = _run(tmp_path, "refined", root / "one.parquet", "--k", 5, *BLOCKED, "--refine", "local",
+                   "--scheduler", "synchronous")
+    il = [json.loads((p / "_report.json").read_text())["information_loss"] for p in (plain, refined)]
+    assert il[1] < il[0]
+    assert_k_anonymous(pd.read_parquet(refined), QI, 5)
+
+
+def test_hash_identifiers(tmp_path, data):
+    root, df = data
+    out = tmp_path / "hashed"
+    env_key = "an operator's secret"
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("microagg")
+    args = [str(exe), "anonymize", str(root / "one.parquet"), str(out), "--k", "3", *map(str, BLOCKED),
+            "--hash-identifiers", "--scheduler", "synchronous"]
+    proc = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "MICROAGG_HMAC_KEY": env_key})
+    assert proc.returncode == 0, proc.stderr
+    released = pd.read_parquet(out)
+    expected = [hmac.new(env_key.encode(), str(v).encode(), hashlib.sha256).hexdigest() for v in df["person_id"]]
+    assert released["person_id"].tolist() == expected
+    report = (out / "_report.json").read_text()
+    assert env_key not in report and json.loads(report)["identifiers_hashed"] == ["person_id"]
+    # without the key: a clear error and nothing written
+    env = {k: v for k, v in os.environ.items() if k != "MICROAGG_HMAC_KEY"}
+    proc = subprocess.run([*args[:3], str(tmp_path / "nokey"), *args[4:]], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "MICROAGG_HMAC_KEY" in proc.stderr
+    assert not (tmp_path / "nokey").exists()
+
+
+def test_gate_refuses_blocked_release_from_broken_partitioner(tmp_path, data, monkeypatch):
+    from microagg.pipeline import methods
+    from microagg.pipeline.errors import ReleaseGateError
+    from microagg.pipeline.release import ReleaseOptions, run
+
+    root, _ = data
+
+    def broken(Z, k):  # valid-looking but one group is a single record
+        labels = np.arange(len(Z), dtype=np.int64) // k
+        labels[-1] = labels.max() + 1
+        return labels
+
+    monkeypatch.setitem(methods.METHODS, "broken", methods.Method("broken", "", "test hook", broken))
+    out = tmp_path / "release"
+    with dask.config.set(scheduler="synchronous"):
+        with pytest.raises(ReleaseGateError, match="not 4-anonymous"):
+            run(str(root / "one.parquet"), str(out),
+                ReleaseOptions(k=4, method="broken", block_size=1500, blocks_per_task=4, quasi_identifiers=tuple(QI)))
+    assert not out.exists() and os.listdir(tmp_path) == []
+
+
+def test_invariants_on_100k_rows(tmp_path):
+    df = extract(100_000, seed=11)
+    path = tmp_path / "big.parquet"
+    df.to_parquet(path, index=False)
+    out = _run(tmp_path, "rel", path, "--k", 5, "--identifiers", "person_id", "--qi", ",".join(QI),
+               "--workers", 2)
+    released = pd.read_parquet(out)
+    assert len(released) == len(df)
+    assert_k_anonymous(released, QI, 5)
+    assert released["region"].astype(str).tolist() == df["region"].astype(str).tolist()
+    np.testing.assert_array_equal(released["flag"].to_numpy(), df["flag"].to_numpy())
+    report = json.loads((out / "_report.json").read_text())
+    assert report["min_group_size"] >= 5 and report["blocks"] >= 16
+    assert report["workers"]["count"] == 2 and report["workers"]["max_peak_rss_bytes"] > 0
