@@ -69,7 +69,7 @@ class ReleaseOptions:
     blocks_per_task: int = 16           # blocks solved and stitched together in one Dask task
     seed: int = 0
     refine: str = "none"
-    sample_rows: int | None = None      # default: about 64 sample rows per block
+    sample_rows: int | None = None      # default: about 256 sample rows per block (at least 20,000)
     hash_identifiers: bool = False      # replace identifiers by a keyed HMAC instead of dropping them
 
 
@@ -119,16 +119,23 @@ def plan(ddf, options):
 
 def _partition_sums(part, qi):
     try:
-        X = part[qi].to_numpy(dtype=np.float64)
+        X = np.ascontiguousarray(part[qi].to_numpy(dtype=np.float64))
     except (TypeError, ValueError) as exc:
         raise InputError(f"a quasi-identifier column holds non-numeric values: {exc}") from exc
-    return stats.chunk(np.ascontiguousarray(X))
+    sums = stats.chunk(X)
+    finite = np.isfinite(X).all(axis=1)
+    F = X[finite]
+    return sums, F.sum(axis=0), F.T @ F  # plain float cross-products: for the reported covariance only
 
 
 def column_statistics(ddf, qi):
-    """Per-partition exact sums, computed in one pass; raises on non-finite values."""
+    """One pass: exact sums (mean, std), non-finite checks, partition lengths and the covariance.
+
+    Returns ``(rows, mean, std, lengths, covariance)``; the covariance (population, of the raw QIs)
+    is reported, never used to decide anything, so its last bits may depend on the partitioning.
+    """
     try:
-        chunks = dask.compute(*[dask.delayed(_partition_sums)(p, qi) for p in ddf.to_delayed()])
+        parts = dask.compute(*[dask.delayed(_partition_sums)(p, qi) for p in ddf.to_delayed()])
     except ValueError as exc:
         if "Mismatched dtypes" in str(exc):
             raise InputError(
@@ -136,11 +143,15 @@ def column_statistics(ddf, qi):
                 f"column?): {exc}"
             ) from exc
         raise
+    chunks = [p[0] for p in parts]
     total = stats.combine(chunks)
     check_finite(qi, total)
     mean, std = stats.finalize(total)
     lengths = [c.rows for c in chunks]
-    return total.rows, mean, std, lengths
+    n = max(total.rows, 1)
+    first = np.sum([p[1] for p in parts], axis=0)
+    covariance = np.sum([p[2] for p in parts], axis=0) / n - np.outer(first, first) / n**2
+    return total.rows, mean, std, lengths, covariance
 
 
 def _attach_row_id(part, offsets, partition_info=None):
@@ -166,7 +177,7 @@ def _sample_rows(part, qi, seed, threshold):
 
 def draw_sample(frame, qi, n_rows, options):
     """The deterministic sample behind the split tree: ``(fraction, rows sorted by row id)``."""
-    target = options.sample_rows or min(2_000_000, max(100_000, 64 * n_rows // options.block_size))
+    target = options.sample_rows or min(2_000_000, max(20_000, 256 * n_rows // options.block_size))
     fraction = min(1.0, target / n_rows)
     threshold = None if fraction >= 1.0 else np.uint64(min(2**64 - 1, int(fraction * 2.0**64)))
     meta = frame._meta[[ROW_ID, *qi]]
@@ -414,7 +425,7 @@ def build_release(ddf, options, timings=None, identifier_key=None):
         if options.hash_identifiers and not ids:
             raise InputError("hashing identifiers needs --identifiers to name them")
     with timings.stage("statistics"):
-        n_rows, mean, std, lengths = column_statistics(ddf, qi)
+        n_rows, mean, std, lengths, covariance = column_statistics(ddf, qi)
         check_k(options.k, n_rows)
         frame = with_row_ids(ddf, lengths)
     with timings.stage("blocks"):
@@ -433,6 +444,7 @@ def build_release(ddf, options, timings=None, identifier_key=None):
         "order": options.order,
         "seed": options.seed,
         "quasi_identifiers": qi,
+        "statistics": {"mean": mean.tolist(), "std": std.tolist(), "covariance": covariance.tolist()},
         "identifiers_dropped": [] if options.hash_identifiers else ids,
         "identifiers_hashed": ids if options.hash_identifiers else [],
         "groups": int(blocks["groups"].sum()),

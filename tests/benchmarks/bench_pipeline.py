@@ -1,0 +1,149 @@
+"""The distributed pipeline against its baselines, measured in the same run.
+
+    .venv/bin/python tests/benchmarks/bench_pipeline.py inprocess [--rows 100000]
+    .venv/bin/python tests/benchmarks/bench_pipeline.py scale --rows 1000000 [--workers 2]
+
+``inprocess``: the blocked path (Dask threaded scheduler, 2 threads, in this process) against global
+in-memory MDAV on the same 100k x 13 rows, k=5: information loss and seconds.
+
+``scale``: the floor (Dask alone on a LocalCluster: read the Parquet files, sort by one column, write
+Parquet) and then ``microagg anonymize`` end to end (the CLI in a subprocess, cluster start
+included), on the same synthetic extract (person_id, 13 QIs, region, flag: 16 columns), k=5. Prints
+seconds, rows per second, the ratio to the floor, the time per stage, peak RSS per worker and IL.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from synthetic import QI, extract  # noqa: E402
+
+BIN = Path(sys.executable).parent
+
+
+def make_extract(rows, root, rows_per_file=1_000_000):
+    """Synthetic extract as Parquet files (generated file by file; cached by size)."""
+    path = Path(root) / f"extract-{rows}"
+    if (path / "_DONE").exists():
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    for i, start in enumerate(range(0, rows, rows_per_file)):
+        n = min(rows_per_file, rows - start)
+        df = extract(n, seed=100 + i)
+        df["person_id"] += start * 7
+        df.to_parquet(path / f"part-{i:04d}.parquet", index=False)
+    (path / "_DONE").touch()
+    return path
+
+
+def inprocess(args):
+    import dask
+    import dask.dataframe as dd
+    import pandas as pd
+
+    import microagg
+    from microagg import kernels
+    from microagg.pipeline.release import ReleaseOptions, Timings, build_release
+
+    df = extract(args.rows, seed=0)
+    X = df[QI].to_numpy()
+    Z, _, _ = microagg.standardize(X)
+    kernels.mdav(np.ascontiguousarray(Z[:100]), args.k)
+    t = time.perf_counter()
+    labels = kernels.mdav(Z, args.k)
+    global_s = time.perf_counter() - t
+    global_il = microagg.information_loss(Z, labels, standardized=True)
+    print(f"global in-memory MDAV: IL {global_il:.4f} %, {global_s:.2f} s (one core)")
+    ddf = dd.from_pandas(df, npartitions=4)
+    with dask.config.set(scheduler="threads", num_workers=2):
+        build_release(dd.from_pandas(df.iloc[:3000], npartitions=1),  # warm-up: compile / load caches
+                      ReleaseOptions(k=args.k, block_size=1000, quasi_identifiers=tuple(QI)))
+        for refine in ("none", "local"):
+            options = ReleaseOptions(k=args.k, quasi_identifiers=tuple(QI), identifiers=("person_id",),
+                                     refine=refine, block_size=args.block_size)
+            best = None
+            for _ in range(args.repeat):
+                timings = Timings()
+                t = time.perf_counter()
+                released, report = build_release(ddf, options, timings)
+                released.compute()
+                seconds = time.perf_counter() - t
+                best = min(best or seconds, seconds)
+            il = report["information_loss"]
+            print(f"blocked --refine {refine}: IL {il:.4f} % ({100 * (il / global_il - 1):+.1f}% vs global), "
+                  f"{best:.2f} s (best of {args.repeat}; 2 threads) = {global_s / best:.1f}x faster; "
+                  f"{report['blocks']} blocks, {report['tasks']} tasks; stages {timings.seconds}")
+
+
+def _peak(report):
+    workers = report.get("workers") or {}
+    return workers.get("max_peak_rss_bytes", 0) / 2**30
+
+
+def scale(args):
+    from distributed import Client, LocalCluster
+
+    import dask.dataframe as dd
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    t = time.perf_counter()
+    source = make_extract(args.rows, root)
+    print(f"data: {args.rows:,} rows x 16 columns at {source} ({time.perf_counter() - t:.1f} s to make or find)")
+    out = root / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    # the floor: Dask alone, same cluster shape
+    with LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=None,
+                      memory_limit=args.memory_limit) as cluster, Client(cluster):
+        t = time.perf_counter()
+        dd.read_parquet(str(source)).sort_values("q0").to_parquet(str(out / "floor"), write_index=False)
+        floor = time.perf_counter() - t
+    print(f"floor (read, sort by one column, write; {args.workers} workers): {floor:.2f} s")
+    t = time.perf_counter()
+    cmd = [str(BIN / "microagg"), "anonymize", str(source), str(out / "release"), "--k", str(args.k),
+           "--identifiers", "person_id", "--qi", ",".join(QI), "--workers", str(args.workers),
+           "--memory-limit", args.memory_limit, "--refine", args.refine]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    total = time.perf_counter() - t
+    if proc.returncode:
+        print(proc.stderr)
+        raise SystemExit(proc.returncode)
+    report = json.loads((out / "release" / "_report.json").read_text())
+    print(f"microagg anonymize (CLI end to end, cluster start included): {total:.2f} s, "
+          f"{args.rows / total:,.0f} rows/s, {total / floor:.2f}x the floor")
+    print(f"  stages (s): {report['timings']}")
+    print(f"  IL {report['information_loss']:.4f} %, {report['blocks']} blocks in {report['tasks']} tasks, "
+          f"{report['upper_planes']} upper planes; peak RSS per worker: max {_peak(report):.2f} GiB "
+          f"({', '.join(f'{v / 2**30:.2f}' for v in report['workers']['peak_rss_bytes'].values())})")
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=("inprocess", "scale"))
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--block-size", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--memory-limit", default="4GiB")
+    parser.add_argument("--refine", default="none")
+    parser.add_argument("--data", default=os.environ.get("MICROAGG_BENCH_DATA"),
+                        help="where to cache generated data (default: the temp directory)")
+    args = parser.parse_args()
+    {"inprocess": inprocess, "scale": scale}[args.mode](args)
+
+
+if __name__ == "__main__":
+    main()
