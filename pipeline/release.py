@@ -21,6 +21,7 @@ Library code owns no cluster: it runs on the active Dask client or scheduler.
 import hmac
 import json
 import logging
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -154,8 +155,14 @@ def column_statistics(ddf, qi):
     return total.rows, mean, std, lengths, covariance
 
 
-def _attach_row_id(part, offsets, partition_info=None):
-    start = offsets[partition_info["number"]]
+def _attach_row_id(part, offsets, lengths, partition_info=None):
+    number = partition_info["number"]
+    if len(part) != lengths[number]:
+        raise ReleaseGateError(
+            f"input partition {number} has {len(part)} rows, but the statistics pass counted "
+            f"{lengths[number]}: the input changed during the job or was partitioned differently; nothing written"
+        )
+    start = offsets[number]
     return part.assign(**{ROW_ID: np.arange(start, start + len(part), dtype=np.int64)})
 
 
@@ -163,7 +170,7 @@ def with_row_ids(ddf, lengths):
     """Each row's global row id (its position in the input), independent of the partitioning."""
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     meta = ddf._meta.assign(**{ROW_ID: np.array([], dtype=np.int64)})
-    return ddf.map_partitions(_attach_row_id, offsets, meta=meta)
+    return ddf.map_partitions(_attach_row_id, offsets, np.asarray(lengths, dtype=np.int64), meta=meta)
 
 
 # --- stage 3: sample, split tree, blocks, kernels, stitching ----------------------------------------
@@ -286,12 +293,13 @@ def solve_blocks(frame, qi, n_rows, mean, std, options):
     Returns ``(released, tree)``: a lazy frame of ``ROW_ID, GROUP_ID, PLANE, LEAF, *qi, LOSS,
     GAIN`` in which every group lies wholly inside one partition, and the split tree.
     """
+    start = time.perf_counter()
     fraction, sample = draw_sample(frame, qi, n_rows, options)
     _, Zs = _standardized(sample, qi, mean, std)
     task_rows = options.blocks_per_task * options.block_size
     tree = blocking.build_tree(Zs, fraction, options.block_size, task_rows, options.k, options.order)
-    log.info("split tree: %d blocks in %d tasks, %d upper planes (sample of %d rows)",
-             tree.n_leaves, tree.n_tasks, len(tree.upper), len(sample))
+    log.info("split tree: %d blocks in %d tasks, %d upper planes (sample of %d rows) in %.2f s",
+             tree.n_leaves, tree.n_tasks, len(tree.upper), len(sample), time.perf_counter() - start)
     meta_routed = frame._meta[[ROW_ID, *qi]].assign(**{LEAF: np.array([], np.int64), TASK: np.array([], np.int64)})
     routed = frame[[ROW_ID, *qi]].map_partitions(_route, qi, mean, std, tree, meta=meta_routed)
     tasks = _by_key(routed, TASK, tree.n_tasks)
@@ -300,6 +308,7 @@ def solve_blocks(frame, qi, n_rows, mean, std, options):
     if not len(tree.upper):
         return solved, tree
     solved = persisted(solved)
+    log.info("tasks solved and stitched in %.2f s", time.perf_counter() - start)
     core = solved[solved[PLANE] < 0]
     boundary = _by_key(solved[solved[PLANE] >= 0], PLANE, len(tree.upper))
     stitched = boundary.map_partitions(_stitch_upper, qi, mean, std, tree, options, meta=meta)
@@ -327,9 +336,29 @@ def tuple_counts(values):
     return np.diff(np.r_[starts, len(h)])
 
 
+def tuples_through_groups(values, groups):
+    """Occurrence counts of the released tuples, proved through the groups when possible.
+
+    If every row of every group carries exactly its group's first row's tuple, each row's tuple
+    occurs at least as often as its group has rows: the group sizes are then returned (per group;
+    a lower bound of the tuple counts, exact unless two groups share a tuple, which only raises the
+    counts). Otherwise the exact counts of :func:`tuple_counts`. O(n d) plus an integer sort.
+    """
+    if not len(values):
+        return np.zeros(0, dtype=np.int64)
+    order = np.argsort(groups, kind="stable")
+    g = groups[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    sizes = np.diff(np.r_[starts, len(g)])
+    first = np.repeat(order[starts], sizes)
+    if (values[order] == values[first]).all():
+        return sizes
+    return tuple_counts(values)
+
+
 def _block_summary(part, qi, k):
     sizes = part[GROUP_ID].value_counts()
-    tuples = tuple_counts(part[qi].to_numpy(dtype=np.float64))
+    tuples = tuples_through_groups(part[qi].to_numpy(dtype=np.float64), part[GROUP_ID].to_numpy())
     return pd.DataFrame({
         "rows": [len(part)],
         "groups": [len(sizes)],
@@ -407,6 +436,17 @@ def restore_order(frame, solved, lengths, qi, ids, n_rows, rows_per_file, key=No
     return original.map_partitions(_replace_qis, released, qi, ids, key, meta=meta, align_dataframes=False)
 
 
+def _enough_partitions(ddf):
+    """Split an input read as fewer partitions than twice the cores (one large file, say), so the
+    reading and statistics passes run in parallel. Row ids stay global positions, so the release
+    does not change."""
+    client = _client()
+    cores = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()) if client else os.cpu_count()
+    if ddf.npartitions < 2 * (cores or 1):
+        return ddf.repartition(npartitions=2 * (cores or 1))
+    return ddf
+
+
 def build_release(ddf, options, timings=None, identifier_key=None):
     """All stages but the write: ``(released, report)``.
 
@@ -419,15 +459,22 @@ def build_release(ddf, options, timings=None, identifier_key=None):
     timings = timings or Timings()
     with timings.stage("validate"):
         qi, ids = plan(ddf, options)
+        ddf = _enough_partitions(ddf)
         if options.hash_identifiers and not identifier_key:
             raise InputError("hashing identifiers needs a secret key (the CLI reads it from the environment "
                              "variable MICROAGG_HMAC_KEY)")
         if options.hash_identifiers and not ids:
             raise InputError("hashing identifiers needs --identifiers to name them")
     with timings.stage("statistics"):
-        n_rows, mean, std, lengths, covariance = column_statistics(ddf, qi)
+        # Every later stage derives from this one frame: the row ids are positions within its
+        # partitions, and a different expression of the same input (a column projection, say)
+        # may be partitioned differently by Dask's optimizer. On a cluster the input is read once
+        # and kept in memory (spilled if need be) for every pass, the final write included.
+        # (Local schedulers re-read: persisting a Parquet read there loses partitions in dask 2026.8.)
+        source = persisted(ddf) if _client() is not None else ddf
+        n_rows, mean, std, lengths, covariance = column_statistics(source, qi)
         check_k(options.k, n_rows)
-        frame = with_row_ids(ddf, lengths)
+        frame = with_row_ids(source, lengths)
     with timings.stage("blocks"):
         solved, tree = solve_blocks(frame, qi, n_rows, mean, std, options)
         solved = persisted(solved)
