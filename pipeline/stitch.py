@@ -33,20 +33,23 @@ class Refinement:
     window_sweeps : local-search sweeps per stitching window
     repartition : also re-partition each window from scratch by the method (keep the better)
     window_rows : largest window re-solved at once
+    upper_band : the band of the split planes between tasks (their groups travel to another task)
     """
 
     block_sweeps: int = 0
     band: float = 0.5
     window_sweeps: int = 1
     repartition: bool = False
-    window_rows: int = 4000
+    window_rows: int = 2000
+    upper_band: float = 0.25
 
 
 REFINEMENTS = {
     # each block exactly as the method builds it; a light stitching pass across every split plane
     "none": Refinement(),
     # local search to a local optimum inside every block, wider and deeper stitching
-    "local": Refinement(block_sweeps=20, band=1.0, window_sweeps=4, repartition=True),
+    "local": Refinement(block_sweeps=20, band=1.0, window_sweeps=4, repartition=True, window_rows=4000,
+                        upper_band=0.5),
 }
 
 
@@ -215,7 +218,7 @@ def assign_upper(Z, labels, tree, task, settings):
     for position in tree.task_ancestors[task]:
         node = tree.upper[position]
         distance, radius, _ = group_geometry(Z, labels, tree.directions[node], tree.thresholds[node])
-        better = near_plane(distance, radius, settings.band) & (distance < best)
+        better = near_plane(distance, radius, settings.upper_band) & (distance < best)
         plane[better] = position
         best[better] = distance[better]
     return plane
