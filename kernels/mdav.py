@@ -32,6 +32,7 @@ microaggregation. Data Mining and Knowledge Discovery 11(2), 195-212.
 import numpy as np
 
 from ._jit import jit
+from .select import keep_smallest
 
 
 @jit
@@ -72,23 +73,8 @@ def _nearest(dist, alive, m, center, k, out):
     best_i = np.empty(need, dtype=np.int64)
     filled = 0
     for i in range(m):
-        if not alive[i] or i == center:
-            continue
-        di = dist[i]
-        if filled == need:
-            if di >= best_d[need - 1]:
-                continue
-            pos = need - 1
-        else:
-            pos = filled
-            filled += 1
-        # shift larger entries right; equal entries stay ahead of the newcomer
-        while pos > 0 and best_d[pos - 1] > di:
-            best_d[pos] = best_d[pos - 1]
-            best_i[pos] = best_i[pos - 1]
-            pos -= 1
-        best_d[pos] = di
-        best_i[pos] = i
+        if alive[i] and i != center:
+            filled = keep_smallest(best_d, best_i, filled, dist[i], i)
     out[0] = center
     for t in range(need):
         out[t + 1] = best_i[t]

@@ -27,6 +27,7 @@ moves and swaps are the classic exchange neighbourhood of k-means-style local se
 import numpy as np
 
 from ._jit import jit
+from .select import keep_smallest
 
 
 @jit
@@ -77,19 +78,7 @@ def _nearest_groups(sums, size, alive, n_neighbors):
             for j in range(d):
                 t = cent[a, j] - cent[b, j]
                 dist += t * t
-            if filled == n_neighbors:
-                if dist >= best[n_neighbors - 1]:
-                    continue
-                pos = n_neighbors - 1
-            else:
-                pos = filled
-                filled += 1
-            while pos > 0 and best[pos - 1] > dist:
-                best[pos] = best[pos - 1]
-                nb[a, pos] = nb[a, pos - 1]
-                pos -= 1
-            best[pos] = dist
-            nb[a, pos] = b
+            filled = keep_smallest(best, nb[a], filled, dist, b)
     return nb
 
 
@@ -106,6 +95,22 @@ def _move(Z, members, size, sums, labels, a, slot, b):
     for j in range(Z.shape[1]):
         sums[a, j] -= Z[row, j]
         sums[b, j] += Z[row, j]
+
+
+@jit
+def _first_improving_move(Z, members, size, sums, labels, src, dst, c_src, c_dst, k, max_size, eps):
+    """Move the first record of ``src`` whose move to ``dst`` lowers the SSE by more than ``eps``."""
+    m_src = size[src]
+    m_dst = size[dst]
+    if m_src <= k or m_dst >= max_size:
+        return False
+    for t in range(m_src):
+        row = members[src, t]
+        delta = m_dst / (m_dst + 1.0) * _sq(Z, row, c_dst) - m_src / (m_src - 1.0) * _sq(Z, row, c_src)
+        if delta < -eps:
+            _move(Z, members, size, sums, labels, src, t, dst)
+            return True
+    return False
 
 
 @jit
@@ -206,23 +211,9 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                 ma = size[a]
                 mb = size[b]
                 # --- single-record moves a -> b and b -> a ---
-                moved = False
-                if ma > k and mb < max_size:
-                    for t in range(ma):
-                        row = members[a, t]
-                        delta = mb / (mb + 1.0) * _sq(Z, row, cb) - ma / (ma - 1.0) * _sq(Z, row, ca)
-                        if delta < -eps:
-                            _move(Z, members, size, sums, labels, a, t, b)
-                            moved = True
-                            break
-                if not moved and mb > k and ma < max_size:
-                    for t in range(mb):
-                        row = members[b, t]
-                        delta = ma / (ma + 1.0) * _sq(Z, row, ca) - mb / (mb - 1.0) * _sq(Z, row, cb)
-                        if delta < -eps:
-                            _move(Z, members, size, sums, labels, b, t, a)
-                            moved = True
-                            break
+                moved = _first_improving_move(Z, members, size, sums, labels, a, b, ca, cb, k, max_size, eps)
+                if not moved:
+                    moved = _first_improving_move(Z, members, size, sums, labels, b, a, cb, ca, k, max_size, eps)
                 if moved:
                     changed += 1
                     continue

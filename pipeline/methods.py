@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 
 from .. import kernels
+from .blocking import principal_direction
 from .errors import InputError
 
 
@@ -24,16 +25,6 @@ class Method:
 
 def _mdav(Z, k):
     return kernels.mdav(Z, k)
-
-
-def first_principal_direction(Z):
-    """Unit first principal direction of ``Z`` (sign fixed: its largest-magnitude entry is positive)."""
-    cov = (Z.T @ Z) / Z.shape[0]
-    _, vectors = np.linalg.eigh(cov)
-    v = vectors[:, -1].copy()
-    if v[np.argmax(np.abs(v))] < 0:
-        v = -v
-    return v
 
 
 def _projected(scores_of):
@@ -60,7 +51,7 @@ METHODS = {
             "pcp",
             "Principal-component projection, then the optimal contiguous k..2k-1 partition (multivariate SSE edge costs)",
             _MIC1D,
-            _projected(lambda Z: Z @ first_principal_direction(Z)),
+            _projected(lambda Z: kernels.project(Z, principal_direction(Z))),
         ),
         Method(
             "zscore",

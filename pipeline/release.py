@@ -1,19 +1,26 @@
 """The distributed release behind ``microagg anonymize``: Dask stages around the same kernels.
 
-Stages (each timed; one ``compute`` or ``persist`` each):
+Stages (each timed in the report):
 
-1. read and validate: schema checks from metadata only (column names, dtypes), before any data is read;
-2. statistics: one pass of exact column sums per partition (count, mean, std; NaN / inf counts),
-   so the standardization is bit-identical however the input is partitioned; partition lengths give
-   every row a global row id;
-3. blocks: the QI columns and the row id are gathered into blocks, each block sorted by row id and
-   solved by the method's kernel (today the whole extract is one block: exact global microaggregation);
-4. gate: per block, group sizes and the count of every released QI tuple; a tuple seen >= k times in
-   every block where it occurs is seen >= k times overall, so a release that is not k-anonymous is
-   refused here, before anything is written;
-5. write: released QI values are joined back to the original rows by row id, identifiers dropped, other
-   columns unchanged, rows in input order, files cut at fixed row-id ranges (so the files do not
-   depend on the input partitioning), written to a temporary directory and renamed into place.
+1. validate: schema checks from metadata only (column names, dtypes), before any data is read;
+2. statistics: one pass of exact column sums per partition (count, mean, std; NaN / inf counts;
+   covariance for the report), so the standardization is bit-identical however the input is
+   partitioned; partition lengths give every row its global row id (its position in the input);
+3. blocks: a deterministic sample (rows chosen by hashing their row id with the seed) shapes a
+   split tree (:mod:`pipeline.blocking`); every row is routed to its leaf (a block) in
+   ``map_partitions``; one shuffle brings each task (a subtree of blocks) whole into one partition;
+   per task, the method's kernel solves every block (rows in row-id order) and the groups are
+   stitched across every split plane inside the task (:mod:`pipeline.stitch`); the groups near the
+   split planes between tasks travel (a small second shuffle) to one partition per plane and are
+   stitched there, in parallel;
+4. gate: per partition, every group has >= k rows and every row carries exactly its group's
+   released tuple (else the tuples are counted exactly), and the row count matches; every group
+   lies inside one partition, so a release that passes is k-anonymous, and one that fails is
+   never written;
+5. write: the released QI values travel back by row id (the second shuffle of QI columns) and are
+   joined to the input rows; identifiers dropped or pseudonymised, other columns unchanged, rows in
+   input order, files cut at fixed row-id ranges (so the files do not depend on the input
+   partitioning or the number of workers); written to a temporary directory and renamed into place.
 
 Library code owns no cluster: it runs on the active Dask client or scheduler.
 """
@@ -214,6 +221,10 @@ def _solved_frame(row_id, group, plane, leaf, released, loss, gain, qi):
     return pd.DataFrame(out)
 
 
+def _empty_solved(qi):
+    return _solved_frame(*([np.array([], np.int64)] * 4), np.empty((0, len(qi))), np.array([]), 0.0, qi)
+
+
 def _release_values(X, labels, std, aggregate):
     """Released centroids and each row's standardized squared loss."""
     released = centroids(X, labels, int(labels.max()) + 1, aggregate)[labels]
@@ -224,7 +235,7 @@ def _release_values(X, labels, std, aggregate):
 def _solve_task(part, qi, mean, std, tree, options):
     """One task (a subtree of leaves): solve, stitch its planes, release the groups that stay."""
     if not len(part):
-        return _solved_frame(*([np.array([], np.int64)] * 4), np.empty((0, len(qi))), np.array([]), 0.0, qi)
+        return _empty_solved(qi)
     task = int(part.index[0])
     part = part.sort_values(ROW_ID, kind="stable")
     X, Z = _standardized(part, qi, mean, std)
@@ -243,7 +254,7 @@ def _solve_task(part, qi, mean, std, tree, options):
 def _stitch_upper(part, qi, mean, std, tree, options):
     """The groups of every task near one upper split plane, re-solved together and released."""
     if not len(part):
-        return _solved_frame(*([np.array([], np.int64)] * 4), np.empty((0, len(qi))), np.array([]), 0.0, qi)
+        return _empty_solved(qi)
     position = int(part.index[0])
     part = part.sort_values(ROW_ID, kind="stable")
     X, Z = _standardized(part, qi, mean, std)
@@ -303,7 +314,7 @@ def solve_blocks(frame, qi, n_rows, mean, std, options):
     meta_routed = frame._meta[[ROW_ID, *qi]].assign(**{LEAF: np.array([], np.int64), TASK: np.array([], np.int64)})
     routed = frame[[ROW_ID, *qi]].map_partitions(_route, qi, mean, std, tree, meta=meta_routed)
     tasks = _by_key(routed, TASK, tree.n_tasks)
-    meta = _solved_frame(*([np.array([], np.int64)] * 4), np.empty((0, len(qi))), np.array([]), 0.0, qi)
+    meta = _empty_solved(qi)
     solved = tasks.map_partitions(_solve_task, qi, mean, std, tree, options, meta=meta)
     if not len(tree.upper):
         return solved, tree

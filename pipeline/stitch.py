@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import kernels
 from ..kernels import refine
+from .blocking import principal_direction
 
 NEIGHBORS = 8  # candidate groups per group in the local search
 
@@ -111,8 +112,6 @@ def _windows(centroids, groups, sizes, window_rows):
     """Split ``groups`` (ids) into sub-windows of whole groups of at most ``window_rows`` rows."""
     if sizes[groups].sum() <= window_rows or len(groups) < 4:
         return [groups]
-    from .blocking import principal_direction
-
     c = np.ascontiguousarray(centroids[groups])
     p = kernels.project(c, principal_direction(c))
     order = np.argsort(p, kind="stable")
