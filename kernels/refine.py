@@ -149,6 +149,9 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
     alive = np.ones(n_groups, dtype=np.bool_)
     ca = np.empty(d)
     cb = np.empty(d)
+    cn = np.empty((n_neighbors, d))          # neighbour centroids for the dissolve test
+    extra = np.zeros(n_neighbors, dtype=np.int64)
+    target = np.empty(max_size, dtype=np.int64)
     xa_buf = np.empty(max_size)
     xb_buf = np.empty(max_size)
     ya_buf = np.empty(max_size)
@@ -173,8 +176,12 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                     room += max_size - size[b]
             if room >= size[a]:
                 cost = 0.0
-                extra = np.zeros(n_neighbors, dtype=np.int64)
-                target = np.empty(size[a], dtype=np.int64)
+                for u in range(n_neighbors):
+                    extra[u] = 0
+                    b = nb[a, u]
+                    if b >= 0 and alive[b]:
+                        for j in range(d):
+                            cn[u, j] = sums[b, j] / size[b]
                 for t in range(size[a]):
                     row = members[a, t]
                     best_c = np.inf
@@ -183,9 +190,8 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                         b = nb[a, u]
                         if b < 0 or not alive[b] or size[b] + extra[u] >= max_size:
                             continue
-                        _centroid(sums, size, b, cb)
                         m = size[b]
-                        c = m / (m + 1.0) * _sq(Z, row, cb)
+                        c = m / (m + 1.0) * _sq(Z, row, cn[u])
                         if c < best_c:
                             best_c = c
                             best_b = u

@@ -293,3 +293,36 @@ def test_information_loss_matches_naive(data, k):
     shuffled = 7 * labels[::-1] + 3
     assert microagg.information_loss(X, shuffled) == pytest.approx(
         naive.information_loss(X, shuffled), rel=1e-7, abs=1e-9)
+
+
+@st.composite
+def partitioned(draw):
+    """A float matrix with an MDAV partition of it (groups k..2k-1)."""
+    k = draw(st.integers(2, 5))
+    X = draw(float_matrix(min_rows=2 * k, max_rows=60, max_cols=4, bound=100.0))
+    return X, k, kernels.mdav(X, k)
+
+
+@FAST
+@given(partitioned(), st.integers(1, 6), st.integers(1, 10))
+def test_refine_never_raises_sse_and_keeps_sizes(case, neighbors, sweeps):
+    X, k, labels = case
+    before = naive.sse(X, labels)
+    refined = labels.copy()
+    kernels.refine(X, refined, k, 2 * k - 1, neighbors, sweeps)
+    sizes = np.bincount(refined)
+    assert refined.shape == labels.shape and sizes.min() >= k and sizes.max() <= 2 * k - 1
+    assert np.array_equal(np.unique(refined), np.arange(len(sizes)))  # compact labels
+    assert naive.sse(X, refined) <= before + 1e-9 * max(1.0, before)
+    again = labels.copy()
+    kernels.refine(X, again, k, 2 * k - 1, neighbors, sweeps)
+    assert np.array_equal(again, refined)  # deterministic
+
+
+def test_refine_improves_mdav_on_census(census):
+    Z, _, _ = microagg.standardize(census.to_numpy(dtype=float))
+    labels = kernels.mdav(Z, 3)
+    refined = labels.copy()
+    changes = kernels.refine(Z, refined, 3, 5)
+    assert changes > 0
+    assert naive.sse(Z, refined) < 0.95 * naive.sse(Z, labels)
