@@ -347,29 +347,29 @@ def tuple_counts(values):
     return np.diff(np.r_[starts, len(h)])
 
 
-def tuples_through_groups(values, groups):
+def tuples_through_groups(values, dense, sizes):
     """Occurrence counts of the released tuples, proved through the groups when possible.
 
-    If every row of every group carries exactly its group's first row's tuple, each row's tuple
-    occurs at least as often as its group has rows: the group sizes are then returned (per group;
-    a lower bound of the tuple counts, exact unless two groups share a tuple, which only raises the
-    counts). Otherwise the exact counts of :func:`tuple_counts`. O(n d) plus an integer sort.
+    ``dense`` numbers each row's group ``0..g-1`` and ``sizes`` counts them. If every row carries
+    exactly its group's first row's tuple, each row's tuple occurs at least as often as its group
+    has rows: the group sizes are returned (a lower bound of the tuple counts, exact unless two
+    groups share a tuple, which only raises the counts). Otherwise the exact counts of
+    :func:`tuple_counts`.
     """
     if not len(values):
         return np.zeros(0, dtype=np.int64)
-    order = np.argsort(groups, kind="stable")
-    g = groups[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    sizes = np.diff(np.r_[starts, len(g)])
-    first = np.repeat(order[starts], sizes)
-    if (values[order] == values[first]).all():
+    first = np.empty(len(sizes), dtype=np.int64)
+    first[dense[::-1]] = np.arange(len(dense) - 1, -1, -1)  # the last write is each group's first row
+    if (values == values[first[dense]]).all():
         return sizes
     return tuple_counts(values)
 
 
 def _block_summary(part, qi, k):
-    sizes = part[GROUP_ID].value_counts()
-    tuples = tuples_through_groups(part[qi].to_numpy(dtype=np.float64), part[GROUP_ID].to_numpy())
+    _, dense = np.unique(part[GROUP_ID].to_numpy(), return_inverse=True)
+    sizes = np.bincount(dense)
+    tuples = tuples_through_groups(part[qi].to_numpy(dtype=np.float64), dense, sizes)
+    blocks = part[LEAF].value_counts()
     return pd.DataFrame({
         "rows": [len(part)],
         "groups": [len(sizes)],
@@ -379,6 +379,8 @@ def _block_summary(part, qi, k):
         "rows_in_small_tuples": [int(tuples[tuples < k].sum()) if len(tuples) else 0],
         "sse": [float(part[LOSS].sum())],
         "stitch_gain": [float(part[GAIN].sum())],
+        "block_ids": [blocks.index.to_numpy()],
+        "block_rows": [blocks.to_numpy()],
     })
 
 
@@ -387,9 +389,10 @@ def gate(solved, qi, k, n_rows):
     k-anonymous. Every group lies wholly inside one partition, so a tuple seen >= k times in every
     partition where it occurs is seen >= k times in the release."""
     meta = _block_summary(solved._meta, qi, k).iloc[:0]
-    blocks, block_sizes = dask.compute(
-        solved.map_partitions(_block_summary, qi, k, meta=meta), solved[LEAF].value_counts()
-    )
+    blocks = solved.map_partitions(_block_summary, qi, k, meta=meta).compute()
+    # a block's rows can sit in several partitions (its groups near an upper plane moved)
+    block_sizes = pd.Series(np.concatenate(blocks["block_rows"].to_list()),
+                            index=np.concatenate(blocks["block_ids"].to_list())).groupby(level=0).sum()
     blocks = blocks[blocks["rows"] > 0]  # a shuffle can leave partitions empty
     rows = int(blocks["rows"].sum())
     bad = int(blocks["rows_in_small_tuples"].sum())
