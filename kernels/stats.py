@@ -20,13 +20,13 @@ from ._jit import jit
 def standardize(X, mean, std):
     """Z-scores ``(x - mean) / std``; a column with ``std == 0`` becomes all zeros."""
     n, d = X.shape
+    scale = np.empty(d)
+    for j in range(d):
+        scale[j] = std[j] if std[j] > 0.0 else np.inf  # x / inf == 0: no branch in the loop below
     Z = np.empty((n, d))
     for i in range(n):
         for j in range(d):
-            if std[j] > 0.0:
-                Z[i, j] = (X[i, j] - mean[j]) / std[j]
-            else:
-                Z[i, j] = 0.0
+            Z[i, j] = (X[i, j] - mean[j]) / scale[j]
     return Z
 
 
