@@ -89,8 +89,8 @@ def near_plane(distance, radius, band):
 def improve_window(Z, labels, k, method, settings):
     """Best of (local search on ``labels``) and (re-partition by ``method`` + local search).
 
-    ``labels`` are ``0..g-1`` for the rows of ``Z``; returns new labels (``0..g'-1``) whose SSE is
-    not above the input's, and a flag saying whether they changed.
+    ``labels`` are ``0..g-1`` for the rows of ``Z``; returns ``(labels, gain)``: the better
+    labels (``0..g'-1``) and the SSE they win, or the input labels and 0.
     """
     g = int(labels.max()) + 1
     before = kernels.sse(Z, labels, g)
@@ -104,8 +104,8 @@ def improve_window(Z, labels, k, method, settings):
         if fresh_sse < kept_sse:
             best, best_sse = fresh, fresh_sse
     if best_sse < before:
-        return best, True
-    return labels, False
+        return best, before - best_sse
+    return labels, 0.0
 
 
 def _windows(centroids, groups, sizes, window_rows):
@@ -134,11 +134,9 @@ def improve_groups(Z, local, candidates, k, method, settings):
     for window in _windows(centroids, np.asarray(candidates, dtype=np.int64), sizes, settings.window_rows):
         members = np.flatnonzero(np.isin(local, window))
         Zw = np.ascontiguousarray(Z[members])
-        wl = compact(local[members])
-        before = kernels.sse(Zw, wl, int(wl.max()) + 1)
-        new, changed = improve_window(Zw, wl, k, method, settings)
-        if changed:
-            gain += before - kernels.sse(Zw, new, int(new.max()) + 1)
+        new, won = improve_window(Zw, compact(local[members]), k, method, settings)
+        if won > 0:
+            gain += won
             local[members] = new + next_id
             next_id += int(new.max()) + 1
     return local, gain
