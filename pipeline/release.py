@@ -232,13 +232,19 @@ def _release_values(X, labels, std, aggregate):
     return released, (((X - released) / scale) ** 2).sum(axis=1)
 
 
+def _keyed_rows(part, qi, mean, std):
+    """A shuffled partition's key (its index value), its rows in row-id order, their X and Z."""
+    key = int(part.index[0])
+    part = part.sort_values(ROW_ID, kind="stable")
+    X, Z = _standardized(part, qi, mean, std)
+    return key, part, X, Z
+
+
 def _solve_task(part, qi, mean, std, tree, options):
     """One task (a subtree of leaves): solve, stitch its planes, release the groups that stay."""
     if not len(part):
         return _empty_solved(qi)
-    task = int(part.index[0])
-    part = part.sort_values(ROW_ID, kind="stable")
-    X, Z = _standardized(part, qi, mean, std)
+    task, part, X, Z = _keyed_rows(part, qi, mean, std)
     method = get_method(options.method)
     settings = stitch.REFINEMENTS[options.refine]
     labels, gain = stitch.solve_task(Z, part[LEAF].to_numpy(), tree, task, options.k, method, settings)
@@ -255,9 +261,7 @@ def _stitch_upper(part, qi, mean, std, tree, options):
     """The groups of every task near one upper split plane, re-solved together and released."""
     if not len(part):
         return _empty_solved(qi)
-    position = int(part.index[0])
-    part = part.sort_values(ROW_ID, kind="stable")
-    X, Z = _standardized(part, qi, mean, std)
+    position, part, X, Z = _keyed_rows(part, qi, mean, std)
     local = stitch.compact(part[GROUP_ID].to_numpy())
     labels, gain = stitch.improve_groups(Z, local, np.arange(int(local.max()) + 1), options.k,
                                          get_method(options.method), stitch.REFINEMENTS[options.refine])
