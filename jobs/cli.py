@@ -143,10 +143,10 @@ def main(argv=None):
         import dask
 
         dask.config.refresh()
-    logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    level = logging.DEBUG if args.debug else logging.WARNING
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(level)  # the progress display listens at INFO; the console shows `level` only
     if args.version:
         from .. import __version__
 

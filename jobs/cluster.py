@@ -8,6 +8,8 @@ import dask
 
 log = logging.getLogger(__name__)
 
+CONNECT_TIMEOUT = "10s"
+
 
 def default_workers():
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
@@ -45,7 +47,16 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=1, memory_li
             cluster.close()
         return
     log.info("connecting to the Dask scheduler at %s", scheduler)
-    with Client(scheduler, timeout="30s") as client:
+    try:
+        client = Client(scheduler, timeout=CONNECT_TIMEOUT)
+    except (OSError, TimeoutError, ValueError) as exc:
+        from ..pipeline.errors import ClusterError
+
+        raise ClusterError(
+            f"cannot reach the Dask scheduler at {scheduler!r} within {CONNECT_TIMEOUT} ({exc}); check the "
+            f"address and that the scheduler is running. Nothing was written."
+        ) from exc
+    with client:
         yield client
 
 

@@ -17,3 +17,9 @@ class ReleaseGateError(MicroaggError):
     """The release failed a check (k-anonymity, row count) and was not written."""
 
     exit_code = 3
+
+
+class ClusterError(MicroaggError):
+    """The Dask cluster could not be reached or started; nothing was written."""
+
+    exit_code = 4

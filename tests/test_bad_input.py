@@ -142,3 +142,16 @@ def test_debug_flag_shows_the_traceback(tmp_path):
                         "--scheduler", "synchronous")
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr and "does not exist" in proc.stderr
+
+
+def test_unreachable_scheduler_is_a_cluster_error(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "release"
+    proc = microagg_cli("anonymize", CENSUS_CSV, out, "--k", "3", "--scheduler", f"tcp://127.0.0.1:{port}")
+    assert proc.returncode == 4, proc.stderr
+    assert "cannot reach the Dask scheduler" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()

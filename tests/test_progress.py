@@ -27,3 +27,36 @@ def test_not_shown_when_not_a_terminal(monkeypatch):
     assert not wanted(io.StringIO())
     monkeypatch.setenv("CI", "true")
     assert not wanted(_Tty())
+
+
+def test_cli_on_a_terminal_shows_stages_and_no_log_records(tmp_path):
+    """The CLI in a pseudo-terminal: a progress line per stage, no INFO log records on the console."""
+    import os
+    import pty
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import CENSUS_CSV
+
+    exe = Path(sys.executable).with_name("microagg")
+    leader, follower = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    proc = subprocess.Popen([str(exe), "anonymize", str(CENSUS_CSV), str(tmp_path / "out"), "--k", "3",
+                             "--scheduler", "synchronous"], stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    assert proc.wait(timeout=120) == 0
+    screen = b"".join(chunks).decode(errors="replace")
+    assert "statistics" in screen and "blocks" in screen and "write" in screen
+    assert "INFO" not in screen
+    assert "information loss: 5.692 %" in screen
