@@ -87,6 +87,7 @@ def test_parquet_inputs_give_byte_identical_releases(tmp_path, extract):
         _release(tmp_path, single, *common, name="from-file"),
         _release(tmp_path, directory, *common, name="from-dir"),
         _release(tmp_path, f"{directory}/*.parquet", *common, name="from-glob"),
+        _release(tmp_path, f"file://{directory}", *common, name="from-url"),  # an fsspec URL
     ]
     # the same four files on a local cluster: a projection of few columns may be re-partitioned by
     # Dask's optimizer; row ids must not depend on it (regression)
