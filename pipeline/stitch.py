@@ -70,15 +70,18 @@ def solve_block(Z, k, method, sweeps):
     return labels
 
 
-def group_geometry(Z, labels, direction, threshold):
-    """Per group (labels ``0..g-1``): distance of the centroid to the plane, RMS radius."""
+def group_shape(Z, labels):
+    """Per group (labels ``0..g-1``): centroid and RMS radius."""
     n_groups = int(labels.max()) + 1
     sums, counts = kernels.group_sums(Z, labels, n_groups)
     centroids = sums / counts[:, None]
     spread = ((Z - centroids[labels]) ** 2).sum(axis=1)
     radius = np.sqrt(np.bincount(labels, weights=spread, minlength=n_groups) / counts)
-    distance = np.abs(centroids @ direction - threshold)
-    return distance, radius, centroids
+    return centroids, radius
+
+
+def plane_distance(centroids, direction, threshold):
+    return np.abs(centroids @ direction - threshold)
 
 
 def near_plane(distance, radius, band):
@@ -150,7 +153,8 @@ def stitch(Z, labels, rows, direction, threshold, k, method, settings):
     """
     local = compact(labels[rows])
     Zr = np.ascontiguousarray(Z[rows])
-    distance, radius, _ = group_geometry(Zr, local, direction, threshold)
+    centroids, radius = group_shape(Zr, local)
+    distance = plane_distance(centroids, direction, threshold)
     candidates = np.flatnonzero(near_plane(distance, radius, settings.band))
     if len(candidates) < 2:
         return 0.0
@@ -209,12 +213,12 @@ def assign_upper(Z, labels, tree, task, settings):
     A group near several planes goes to the nearest, so the upper stitching windows are disjoint
     and every upper plane can be stitched in parallel.
     """
-    n_groups = int(labels.max()) + 1
-    plane = np.full(n_groups, -1, dtype=np.int64)
-    best = np.full(n_groups, np.inf)
+    centroids, radius = group_shape(Z, labels)
+    plane = np.full(len(radius), -1, dtype=np.int64)
+    best = np.full(len(radius), np.inf)
     for position in tree.task_ancestors[task]:
         node = tree.upper[position]
-        distance, radius, _ = group_geometry(Z, labels, tree.directions[node], tree.thresholds[node])
+        distance = plane_distance(centroids, tree.directions[node], tree.thresholds[node])
         better = near_plane(distance, radius, settings.upper_band) & (distance < best)
         plane[better] = position
         best[better] = distance[better]
