@@ -92,8 +92,9 @@ class Timings:
         try:
             yield
         finally:
-            self.seconds[name] = round(time.perf_counter() - start, 4)
-            log.info("stage %s done in %.2f s", name, self.seconds[name])
+            elapsed = time.perf_counter() - start
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + elapsed, 4)  # a stage may resume
+            log.info("stage %s done in %.2f s", name, elapsed)
 
 
 # --- stage 1: plan from metadata -------------------------------------------------------------------
@@ -465,18 +466,19 @@ def _enough_partitions(ddf):
     return ddf
 
 
-def build_release(ddf, options, timings=None, identifier_key=None):
+def build_release(ddf, options, timings=None, identifier_key=None, columns=None):
     """All stages but the write: ``(released, report)``.
 
     ``released`` is a lazy Dask DataFrame of the input rows in input order (QIs replaced by group
     centroids, identifiers dropped or, with ``options.hash_identifiers``, replaced by their HMAC under
-    ``identifier_key``), already checked by the gate; ``report`` describes it.
+    ``identifier_key``), already checked by the gate; ``report`` describes it. ``columns`` is
+    ``plan(ddf, options)`` when the caller has already validated.
     """
     from .. import __version__
 
     timings = timings or Timings()
     with timings.stage("validate"):
-        qi, ids = plan(ddf, options)
+        qi, ids = columns or plan(ddf, options)
         ddf = _enough_partitions(ddf)
         if options.hash_identifiers and not identifier_key:
             raise InputError("hashing identifiers needs a secret key (the CLI reads it from the environment "
@@ -551,10 +553,11 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     timings = Timings()
     with timings.stage("read"):
         ddf = io.read_input(input_path)
-    plan(ddf, options)  # fail on bad options before touching the output location
+    with timings.stage("validate"):
+        columns = plan(ddf, options)  # fail on bad options before touching the output location
     tmp = io.prepare_output(output)
     try:
-        released, report = build_release(ddf, options, timings, identifier_key)
+        released, report = build_release(ddf, options, timings, identifier_key, columns)
         report.update(input=str(input_path), output=str(output))
         with timings.stage("write"):
             metadata = {k: report[k] for k in ("k", "method", "refine", "aggregate", "order", "seed",
