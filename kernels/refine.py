@@ -58,27 +58,40 @@ def _centroid(sums, size, g, out):
 
 @jit
 def _nearest_groups(sums, size, alive, n_neighbors):
-    """For each alive group, the ``n_neighbors`` nearest alive groups by centroid (brute force)."""
+    """For each alive group, the ``n_neighbors`` nearest alive groups by centroid (all pairs).
+
+    The centroids are stored column by column so each group's distances to all others are
+    computed as whole vectors (SIMD-friendly) before the partial selection.
+    """
     n_groups, d = sums.shape
-    cent = np.empty((n_groups, d))
+    ids = np.empty(n_groups, dtype=np.int64)
+    m = 0
     for g in range(n_groups):
         if alive[g]:
-            for j in range(d):
-                cent[g, j] = sums[g, j] / size[g]
+            ids[m] = g
+            m += 1
+    cent = np.empty((d, m))
+    for i in range(m):
+        g = ids[i]
+        for j in range(d):
+            cent[j, i] = sums[g, j] / size[g]
     nb = np.full((n_groups, n_neighbors), -1, dtype=np.int64)
     best = np.empty(n_neighbors)
-    for a in range(n_groups):
-        if not alive[a]:
-            continue
+    dist = np.empty(m)
+    for a in range(m):
+        dist[:] = 0.0
+        for j in range(d):
+            c = cent[j, a]
+            row = cent[j]
+            for b in range(m):
+                t = row[b] - c
+                dist[b] += t * t
+        dist[a] = np.inf
+        row_nb = nb[ids[a]]
         filled = 0
-        for b in range(n_groups):
-            if b == a or not alive[b]:
-                continue
-            dist = 0.0
-            for j in range(d):
-                t = cent[a, j] - cent[b, j]
-                dist += t * t
-            filled = keep_smallest(best, nb[a], filled, dist, b)
+        for b in range(m):
+            if b != a:
+                filled = keep_smallest(best, row_nb, filled, dist[b], ids[b])
     return nb
 
 
@@ -98,19 +111,12 @@ def _move(Z, members, size, sums, labels, a, slot, b):
 
 
 @jit
-def _first_improving_move(Z, members, size, sums, labels, src, dst, c_src, c_dst, k, max_size, eps):
-    """Move the first record of ``src`` whose move to ``dst`` lowers the SSE by more than ``eps``."""
-    m_src = size[src]
-    m_dst = size[dst]
-    if m_src <= k or m_dst >= max_size:
-        return False
-    for t in range(m_src):
-        row = members[src, t]
-        delta = m_dst / (m_dst + 1.0) * _sq(Z, row, c_dst) - m_src / (m_src - 1.0) * _sq(Z, row, c_src)
-        if delta < -eps:
-            _move(Z, members, size, sums, labels, src, t, dst)
-            return True
-    return False
+def _own_distances(Z, members, size, sums, g, own, ca):
+    """``own[row] = ||x_row - c_g||^2`` for the members of group g (their cached own-centroid distances)."""
+    _centroid(sums, size, g, ca)
+    for t in range(size[g]):
+        row = members[g, t]
+        own[row] = _sq(Z, row, ca)
 
 
 @jit
@@ -152,10 +158,11 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
     cn = np.empty((n_neighbors, d))          # neighbour centroids for the dissolve test
     extra = np.zeros(n_neighbors, dtype=np.int64)
     target = np.empty(max_size, dtype=np.int64)
-    xa_buf = np.empty(max_size)
     xb_buf = np.empty(max_size)
     ya_buf = np.empty(max_size)
-    yb_buf = np.empty(max_size)
+    yr_buf = np.empty(max_size)
+    own = np.empty(n)                        # squared distance of each row to its group's centroid
+    fresh = np.zeros(n_groups, dtype=np.bool_)  # own[] is current for the group's members
     changes = 0
     for _ in range(max_sweeps):
         nb = _nearest_groups(sums, size, alive, n_neighbors)
@@ -164,10 +171,12 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
             if not alive[a]:
                 continue
             # --- dissolve a into its neighbours (first: it changes the most) ---
+            if not fresh[a]:
+                _own_distances(Z, members, size, sums, a, own, ca)
+                fresh[a] = True
             gain = 0.0
-            _centroid(sums, size, a, ca)
             for t in range(size[a]):
-                gain += _sq(Z, members[a, t], ca)
+                gain += own[members[a, t]]
             # cost of adding each member to its nearest neighbour with room (sizes as they fill)
             room = 0
             for t in range(n_neighbors):
@@ -205,6 +214,7 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                     while size[a] > 0:
                         t = size[a] - 1
                         _move(Z, members, size, sums, labels, a, t, nb[a, target[t]])
+                        fresh[nb[a, target[t]]] = False
                     alive[a] = False
                     changed += 1
                     continue
@@ -212,34 +222,62 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                 b = nb[a, u]
                 if b < 0 or not alive[b] or not alive[a]:
                     continue
+                if not fresh[a]:
+                    _own_distances(Z, members, size, sums, a, own, ca)
+                    fresh[a] = True
+                if not fresh[b]:
+                    _own_distances(Z, members, size, sums, b, own, cb)
+                    fresh[b] = True
                 _centroid(sums, size, a, ca)
                 _centroid(sums, size, b, cb)
                 ma = size[a]
                 mb = size[b]
-                # --- single-record moves a -> b and b -> a ---
-                moved = _first_improving_move(Z, members, size, sums, labels, a, b, ca, cb, k, max_size, eps)
-                if not moved:
-                    moved = _first_improving_move(Z, members, size, sums, labels, b, a, cb, ca, k, max_size, eps)
-                if moved:
+                for s in range(ma):
+                    xb_buf[s] = _sq(Z, members[a, s], cb)
+                for t in range(mb):
+                    ya_buf[t] = _sq(Z, members[b, t], ca)
+                # --- single-record moves a -> b, then b -> a (the first that improves) ---
+                src = -1
+                slot = -1
+                if ma > k and mb < max_size:
+                    for s in range(ma):
+                        x = members[a, s]
+                        if mb / (mb + 1.0) * xb_buf[s] - ma / (ma - 1.0) * own[x] < -eps:
+                            src, slot = a, s
+                            break
+                if src < 0 and mb > k and ma < max_size:
+                    for t in range(mb):
+                        y = members[b, t]
+                        if ma / (ma + 1.0) * ya_buf[t] - mb / (mb - 1.0) * own[y] < -eps:
+                            src, slot = b, t
+                            break
+                if src >= 0:
+                    _move(Z, members, size, sums, labels, src, slot, b if src == a else a)
+                    fresh[a] = False
+                    fresh[b] = False
                     changed += 1
                     continue
                 # --- best swap between a and b ---
-                for s in range(ma):
-                    x = members[a, s]
-                    xa_buf[s] = _sq(Z, x, ca)
-                    xb_buf[s] = _sq(Z, x, cb)
+                # delta(x, y) = (ya - xa) + (xb - yb) - ||x - y||^2 (1/ma + 1/mb), and
+                # ||x - y|| <= ||x - c_a|| + ||y - c_a||: a pair whose bound cannot beat the best
+                # delta so far is skipped without computing ||x - y||.
+                w = 1.0 / ma + 1.0 / mb
                 for t in range(mb):
-                    y = members[b, t]
-                    ya_buf[t] = _sq(Z, y, ca)
-                    yb_buf[t] = _sq(Z, y, cb)
+                    yr_buf[t] = np.sqrt(ya_buf[t])
                 best_delta = -eps
                 best_s = -1
                 best_t = -1
                 for s in range(ma):
                     x = members[a, s]
+                    gain_x = xb_buf[s] - own[x]
+                    root_x = np.sqrt(own[x])
                     for t in range(mb):
-                        xy = _sq_rows(Z, x, members[b, t])
-                        delta = (ya_buf[t] - xa_buf[s] - xy / ma) + (xb_buf[s] - yb_buf[t] - xy / mb)
+                        y = members[b, t]
+                        base = ya_buf[t] - own[y] + gain_x
+                        reach = root_x + yr_buf[t]
+                        if base - w * reach * reach * (1.0 + 1e-12) >= best_delta:
+                            continue
+                        delta = base - w * _sq_rows(Z, x, y)
                         if delta < best_delta:
                             best_delta = delta
                             best_s = s
@@ -254,6 +292,8 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                     for j in range(d):
                         sums[a, j] += Z[y, j] - Z[x, j]
                         sums[b, j] += Z[x, j] - Z[y, j]
+                    fresh[a] = False
+                    fresh[b] = False
                     changed += 1
         changes += changed
         if changed == 0:

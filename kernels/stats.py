@@ -124,77 +124,119 @@ def information_loss(Z, labels, n_groups):
 # --- exact column sums -------------------------------------------------------------------------
 # Means and standard deviations feed the standardization, and a last-bit difference there can change
 # a group. Partial sums that depend on how the rows were split into partitions would make the release
-# depend on the partitioning, so the statistics pass accumulates *exact* sums: each column's sum of
-# x and of x^2 is kept as a Shewchuk expansion (non-overlapping float64 partials whose exact sum is
-# the exact total, as in Python's math.fsum), x^2 itself split exactly into two floats (Dekker). The
-# pipeline adds the partials of all partitions exactly (fractions) and rounds once.
+# depend on the partitioning, so the statistics pass accumulates *exact* sums of x and x^2 per column;
+# the pipeline adds those of all partitions exactly (as fractions) and rounds once.
+#
+# The sums live in a superaccumulator of int64 buckets, one per binary exponent. A finite float64 is
+# +-m * 2**(e - SUM_BIAS) with an integer mantissa m < 2**53 and its biased exponent e (1 for
+# subnormals), both read from its bits; adding x is adding +-m to bucket e: one exact integer add, no
+# data-dependent loop (a Shewchuk expansion costs a pass over its partials per value). The square is
+# m^2 * 2**(2e - SQUARE_BIAS), also exact in integers: with m = mh * 2**26 + ml, the products mh^2,
+# 2*mh*ml and ml^2 (each below 2**54) go to square buckets 2e + 52, 2e + 26 and 2e. No float product
+# is formed, so squares of tiny and subnormal values do not underflow. Every _BLOCK rows a column's
+# used buckets are carried (each keeps its low 32 bits, the rest moves 32 buckets up), which keeps
+# every bucket far from overflow; at the end each column's buckets become one two's-complement
+# integer, packed into little-endian 64-bit words.
 
-_MAX_PARTIALS = 64
-_SPLITTER = 134217729.0  # 2**27 + 1
 HUGE = 1e150
-"""Magnitude above which a value's square could overflow the exact sums: reported, not summed."""
+"""Magnitude above which a value is counted, not summed: squares near float64's limit would overflow
+the variance (validation refuses such columns)."""
+
+SUM_BIAS = 1075
+"""Bit ``k`` of a column's packed sum weighs ``2**(k - SUM_BIAS)`` (the smallest subnormal is 2**-1074)."""
+SQUARE_BIAS = 2 * SUM_BIAS
+"""Bit ``k`` of a column's packed sum of squares weighs ``2**(k - SQUARE_BIAS)``."""
+
+_SUM_WORDS = 34  # 2176 buckets: exponents up to 2046, 64 for carries, 64 more until the sign settles
+_SQUARE_WORDS = 67  # 4288 buckets: up to 2 * 2046 + 52, then the same margins
+_BLOCK = 511  # rows between carries: a bucket then holds < 2**32 + 2**31 + 511 * 2**54 < 2**63
+_ABS_BITS = 0x7FFF_FFFF_FFFF_FFFF
+_FRACTION_BITS = (1 << 52) - 1
+_IMPLICIT_BIT = 1 << 52
+_HUGE_BITS = int(np.float64(HUGE).view(np.int64))  # bit order is value order for floats >= 0
+_INF_BITS = int(np.float64(np.inf).view(np.int64))  # above it: NaNs
 
 
 @jit
-def _grow(partials, count, x):
-    """Add ``x`` to the expansion ``partials[:count]`` exactly; returns the new count."""
-    i = 0
-    for t in range(count):
-        y = partials[t]
-        if abs(x) < abs(y):
-            x, y = y, x
-        hi = x + y
-        lo = y - (hi - x)
-        if lo != 0.0:
-            partials[i] = lo
-            i += 1
-        x = hi
-    partials[i] = x
-    return i + 1
+def _carry(buckets, low, high):
+    """Carry ``buckets[low:high + 33]`` exactly: each keeps its low 32 bits and adds the rest to the
+    bucket 32 above. ``high`` is the highest bucket that received values, so every large carry lands
+    inside the range and is reduced too; what moves past it is at most 1 in magnitude."""
+    for k in range(low, high + 33):
+        c = buckets[k] >> 32
+        buckets[k] -= c << 32
+        buckets[k + 32] += c
 
 
 @jit
-def _two_square(x):
-    """``(p, e)`` with ``p + e == x * x`` exactly (Dekker's product, no FMA needed)."""
-    p = x * x
-    c = _SPLITTER * x
-    hi = c - (c - x)
-    lo = x - hi
-    e = ((hi * hi - p) + 2.0 * hi * lo) + lo * lo
-    return p, e
+def _pack(buckets, start, words):
+    """Write the exact integer ``sum(buckets[k] << k)`` into ``words`` as two's complement, bit ``k``
+    in bit ``k % 64`` of word ``k // 64``; ``buckets`` below ``start`` must be zero."""
+    carry = 0
+    for k in range(start, buckets.shape[0]):
+        t = buckets[k] + carry
+        words[k >> 6] |= (t & 1) << (k & 63)
+        carry = t >> 1
 
 
 @jit
 def exact_column_sums(X):
     """Exact per-column sums of x and x^2 over the finite values, plus counts of unusable values.
 
-    Returns ``(sum_partials, sum_counts, sq_partials, sq_counts, nan_counts, inf_counts,
-    huge_counts)``: row ``j`` of ``sum_partials[:, :sum_counts[j]]`` is an expansion whose exact sum
-    is the column's sum; values with ``|x| > HUGE`` are counted in ``huge_counts`` and not summed.
+    Returns ``(sums, squares, nan_counts, inf_counts, huge_counts)``. Row ``j`` of ``sums`` (int64,
+    ``(d, 34)``) holds the column's exact sum as a little-endian two's-complement integer scaled by
+    ``2**-SUM_BIAS``; row ``j`` of ``squares`` (``(d, 67)``) its sum of squares scaled by
+    ``2**-SQUARE_BIAS``. Values with ``|x| > HUGE`` are counted in ``huge_counts`` and not summed.
     """
     n, d = X.shape
-    sp = np.zeros((d, _MAX_PARTIALS))
-    qp = np.zeros((d, _MAX_PARTIALS))
-    sc = np.zeros(d, dtype=np.int64)
-    qc = np.zeros(d, dtype=np.int64)
+    bits = X.view(np.int64)
+    sum_buckets = np.zeros((d, 64 * _SUM_WORDS), dtype=np.int64)
+    square_buckets = np.zeros((d, 64 * _SQUARE_WORDS), dtype=np.int64)
+    lowest = np.full(d, 2047, dtype=np.int64)  # the range of exponents each column has used
+    highest = np.zeros(d, dtype=np.int64)
     nans = np.zeros(d, dtype=np.int64)
     infs = np.zeros(d, dtype=np.int64)
     huge = np.zeros(d, dtype=np.int64)
-    for i in range(n):
+    # rows outer, columns inner: consecutive additions hit different columns' buckets, so they do
+    # not wait on each other (measured ~10% faster than a column at a time within a block)
+    for start in range(0, n, _BLOCK):
+        for i in range(start, min(start + _BLOCK, n)):
+            for j in range(d):
+                b = bits[i, j]
+                magnitude = b & _ABS_BITS
+                if magnitude > _HUGE_BITS:
+                    if magnitude > _INF_BITS:
+                        nans[j] += 1
+                    elif magnitude == _INF_BITS:
+                        infs[j] += 1
+                    else:
+                        huge[j] += 1
+                    continue
+                biased = magnitude >> 52
+                m = magnitude & _FRACTION_BITS
+                if biased != 0:
+                    m |= _IMPLICIT_BIT
+                e = max(biased, 1)
+                # a zero adds nothing; keeping it out of the exponent range without a branch keeps
+                # zero-heavy columns as fast as others (a mispredicted branch costs more)
+                zero = (magnitude == 0) * 4096
+                lowest[j] = min(lowest[j], e + zero)
+                highest[j] = max(highest[j], e - zero)
+                sign = b >> 63  # 0 or -1: (m ^ sign) - sign is m or -m
+                sum_buckets[j, e] += (m ^ sign) - sign
+                mh = m >> 26
+                ml = m & 0x3FF_FFFF
+                square_buckets[j, 2 * e] += ml * ml
+                square_buckets[j, 2 * e + 26] += 2 * mh * ml
+                square_buckets[j, 2 * e + 52] += mh * mh
         for j in range(d):
-            x = X[i, j]
-            if np.isnan(x):
-                nans[j] += 1
-                continue
-            if np.isinf(x):
-                infs[j] += 1
-                continue
-            if abs(x) > HUGE:
-                huge[j] += 1
-                continue
-            sc[j] = _grow(sp[j], sc[j], x)
-            p, e = _two_square(x)
-            qc[j] = _grow(qp[j], qc[j], p)
-            if e != 0.0:
-                qc[j] = _grow(qp[j], qc[j], e)
-    return sp, sc, qp, qc, nans, infs, huge
+            if lowest[j] <= highest[j]:
+                _carry(sum_buckets[j], lowest[j], highest[j])
+                _carry(square_buckets[j], 2 * lowest[j], 2 * highest[j] + 52)
+    sums = np.zeros((d, _SUM_WORDS), dtype=np.int64)
+    squares = np.zeros((d, _SQUARE_WORDS), dtype=np.int64)
+    for j in range(d):
+        if lowest[j] <= highest[j]:
+            _pack(sum_buckets[j], lowest[j], sums[j])
+            _pack(square_buckets[j], 2 * lowest[j], squares[j])
+    return sums, squares, nans, infs, huge

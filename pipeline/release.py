@@ -264,7 +264,8 @@ def _stitch_upper(part, qi, mean, std, tree, options):
         return _empty_solved(qi)
     position, part, X, Z = _keyed_rows(part, qi, mean, std)
     local = stitch.compact(part[GROUP_ID].to_numpy())
-    labels, gain = stitch.improve_groups(Z, local, np.arange(int(local.max()) + 1), options.k,
+    n_groups = int(local.max()) + 1
+    labels, gain = stitch.improve_groups(Z, local, n_groups, np.arange(n_groups), options.k,
                                          get_method(options.method), stitch.REFINEMENTS[options.refine])
     labels = stitch.compact(labels)
     released, loss = _release_values(X, labels, std, options.aggregate)

@@ -10,7 +10,12 @@ Neither step can raise the SSE or produce a group smaller than k.
 Windows larger than ``window_rows`` are cut into sub-windows of whole groups by recursive median
 splits of the group centroids along the window's principal direction, so the cost stays linear.
 
-Everything here is deterministic: rows are visited in global row-id order, groups in id order.
+Inside a task the rows are ordered by leaf (depth-first) so that every node of the split tree is a
+contiguous range of rows; relabelling, group shapes and window membership are one-pass kernels
+(:mod:`microagg.kernels.groups`), so stitching a plane costs time linear in the rows below it.
+
+Everything here is deterministic: rows are visited in leaf order and, inside a leaf, in global
+row-id order; groups in id order.
 """
 
 from dataclasses import dataclass
@@ -18,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import kernels
-from ..kernels import refine
+from ..kernels import groups, refine
 from .blocking import principal_direction
 
 NEIGHBORS = 8  # candidate groups per group in the local search
@@ -55,7 +60,10 @@ REFINEMENTS = {
 
 
 def compact(labels):
-    """Relabel to ``0..g-1`` in order of first appearance."""
+    """Relabel to ``0..g-1`` in order of first appearance (any int64 ids, dense or sparse)."""
+    labels = np.ascontiguousarray(labels, dtype=np.int64)
+    if len(labels) and labels.min() >= 0 and labels.max() < 4 * len(labels):
+        return groups.compact_labels(labels)[0]  # dense ids: one pass
     _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
@@ -68,16 +76,6 @@ def solve_block(Z, k, method, sweeps):
     if sweeps:
         refine(Z, labels, k, 2 * k - 1, NEIGHBORS, sweeps)
     return labels
-
-
-def group_shape(Z, labels):
-    """Per group (labels ``0..g-1``): centroid and RMS radius."""
-    n_groups = int(labels.max()) + 1
-    sums, counts = kernels.group_sums(Z, labels, n_groups)
-    centroids = sums / counts[:, None]
-    spread = ((Z - centroids[labels]) ** 2).sum(axis=1)
-    radius = np.sqrt(np.bincount(labels, weights=spread, minlength=n_groups) / counts)
-    return centroids, radius
 
 
 def plane_distance(centroids, direction, threshold):
@@ -111,33 +109,32 @@ def improve_window(Z, labels, k, method, settings):
     return labels, 0.0
 
 
-def _windows(centroids, groups, sizes, window_rows):
-    """Split ``groups`` (ids) into sub-windows of whole groups of at most ``window_rows`` rows."""
-    if sizes[groups].sum() <= window_rows or len(groups) < 4:
-        return [groups]
-    c = np.ascontiguousarray(centroids[groups])
+def _windows(centroids, candidates, sizes, window_rows):
+    """Split ``candidates`` (group ids) into sub-windows of whole groups of at most ``window_rows`` rows."""
+    if sizes[candidates].sum() <= window_rows or len(candidates) < 4:
+        return [candidates]
+    c = np.ascontiguousarray(centroids[candidates])
     p = kernels.project(c, principal_direction(c))
     order = np.argsort(p, kind="stable")
-    half = len(groups) // 2
-    return (_windows(centroids, groups[order[:half]], sizes, window_rows)
-            + _windows(centroids, groups[order[half:]], sizes, window_rows))
+    half = len(candidates) // 2
+    return (_windows(centroids, candidates[order[:half]], sizes, window_rows)
+            + _windows(centroids, candidates[order[half:]], sizes, window_rows))
 
 
-def improve_groups(Z, local, candidates, k, method, settings):
-    """Re-solve the groups ``candidates`` of ``local`` (labels ``0..g-1`` of ``Z``) window by window.
+def improve_groups(Z, local, n_groups, candidates, k, method, settings, shape=None):
+    """Re-solve the groups ``candidates`` of ``local`` (labels ``0..n_groups-1`` of ``Z``) window by
+    window. ``shape`` is ``groups.group_shape(Z, local, n_groups)`` if the caller has it.
 
-    Returns ``(new_local, gain)``: improved windows get fresh labels above ``local.max()``.
+    Returns ``(new_local, gain)``: improved windows get fresh labels from ``n_groups`` up.
     """
+    centroids, _, sizes = shape or groups.group_shape(Z, local, n_groups)
+    start, rows = groups.group_members(local, n_groups)
     local = local.copy()
-    n_groups = int(local.max()) + 1
-    sums, sizes = kernels.group_sums(Z, local, n_groups)
-    centroids = sums / sizes[:, None]
     gain = 0.0
     next_id = n_groups
     for window in _windows(centroids, np.asarray(candidates, dtype=np.int64), sizes, settings.window_rows):
-        members = np.flatnonzero(np.isin(local, window))
-        Zw = np.ascontiguousarray(Z[members])
-        new, won = improve_window(Zw, compact(local[members]), k, method, settings)
+        members = groups.gather_groups(start, rows, window)
+        new, won = improve_window(np.ascontiguousarray(Z[members]), compact(local[members]), k, method, settings)
         if won > 0:
             gain += won
             local[members] = new + next_id
@@ -145,65 +142,89 @@ def improve_groups(Z, local, candidates, k, method, settings):
     return local, gain
 
 
-def stitch(Z, labels, rows, direction, threshold, k, method, settings):
-    """Stitch the groups of ``rows`` (positions into ``Z``) across one plane; updates ``labels``.
+def task_order(leaf, tree, task):
+    """Row order that makes every node of the task's subtree a contiguous range.
 
-    ``labels`` are task-wide group ids; changed groups get fresh ids above the current maximum.
-    Returns the SSE gain.
+    Returns ``(order, bounds)``: ``order`` sorts the rows by leaf in depth-first order (stable, so
+    rows keep their row-id order inside a leaf); ``bounds[i]:bounds[i + 1]`` is the range of the
+    ``i``-th leaf of ``tree.subtree_leaves(tree.task_root[task])``.
     """
-    local = compact(labels[rows])
-    Zr = np.ascontiguousarray(Z[rows])
-    centroids, radius = group_shape(Zr, local)
-    distance = plane_distance(centroids, direction, threshold)
-    candidates = np.flatnonzero(near_plane(distance, radius, settings.band))
-    if len(candidates) < 2:
-        return 0.0
-    new, gain = improve_groups(Zr, local, candidates, k, method, settings)
-    if gain > 0:
-        labels[rows] = new + int(labels.max()) + 1
-    return gain
+    leaves = tree.subtree_leaves(int(tree.task_root[task]))
+    rank = np.full(tree.n_leaves, len(leaves), dtype=np.int64)
+    rank[leaves] = np.arange(len(leaves))
+    key = rank[leaf]
+    order = np.argsort(key, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(key, minlength=len(leaves))[: len(leaves)])])
+    return order, bounds
+
+
+class _TaskSolver:
+    """Solves the leaves of one task and stitches its planes bottom-up on contiguous row ranges."""
+
+    def __init__(self, Z, bounds, tree, k, method, settings):
+        self.Z, self.bounds, self.tree = Z, bounds, tree
+        self.k, self.method, self.settings = k, method, settings
+        self.labels = np.full(Z.shape[0], -1, dtype=np.int64)
+        self.next = 0
+        self.leaf_rank = 0
+        self.gain = 0.0
+
+    def solve(self, s, e):
+        block = solve_block(self.Z[s:e], self.k, self.method, self.settings.block_sweeps)
+        self.labels[s:e] = block + self.next
+        self.next += int(block.max()) + 1
+
+    def visit(self, ref):
+        """Solve the subtree ``ref``; returns ``(start, end, solved)`` of its row range."""
+        if ref < 0:
+            s, e = self.bounds[self.leaf_rank], self.bounds[self.leaf_rank + 1]
+            self.leaf_rank += 1
+            if e - s < self.k:
+                return s, e, False
+            self.solve(s, e)
+            return s, e, True
+        a, b = self.tree.children(ref)
+        s, _, solved_a = self.visit(a)
+        _, e, solved_b = self.visit(b)
+        if not (solved_a and solved_b):
+            if e - s < self.k:
+                return s, e, False
+            self.solve(s, e)  # a small leaf joins its sibling
+            return s, e, True
+        self.stitch(s, e, self.tree.directions[ref], self.tree.thresholds[ref])
+        return s, e, True
+
+    def stitch(self, s, e, direction, threshold):
+        """Stitch the groups of rows ``s:e`` across one plane."""
+        local, g = groups.compact_labels(self.labels[s:e])
+        Zr = self.Z[s:e]
+        shape = groups.group_shape(Zr, local, g)
+        centroids, radius, _ = shape
+        candidates = np.flatnonzero(near_plane(plane_distance(centroids, direction, threshold), radius,
+                                               self.settings.band))
+        if len(candidates) < 2:
+            return
+        new, gain = improve_groups(Zr, local, g, candidates, self.k, self.method, self.settings, shape)
+        if gain > 0:
+            self.labels[s:e] = new + self.next
+            self.next += int(new.max()) + 1
+            self.gain += gain
 
 
 def solve_task(Z, leaf, tree, task, k, method, settings):
     """Labels (``0..g-1``) of one task's rows: its leaves solved, its planes stitched bottom-up.
 
     A leaf with fewer than k rows (possible when routing by a sample) is merged with its sibling
-    before the kernel runs. Returns ``(labels, stitch_gain)``.
+    before the kernel runs. Returns ``(labels, stitch_gain)``, labels in the rows' given order.
     """
-    n = Z.shape[0]
-    labels = np.full(n, -1, dtype=np.int64)
-    state = {"next": 0, "gain": 0.0}
-
-    def solve(rows):
-        block = solve_block(np.ascontiguousarray(Z[rows]), k, method, settings.block_sweeps)
-        labels[rows] = block + state["next"]
-        state["next"] += int(block.max()) + 1
-
-    def visit(ref):
-        if ref < 0:
-            rows = np.flatnonzero(leaf == -1 - ref)
-            if len(rows) < k:
-                return rows, False
-            solve(rows)
-            return rows, True
-        a, b = tree.children(ref)
-        rows_a, solved_a = visit(a)
-        rows_b, solved_b = visit(b)
-        rows = np.sort(np.concatenate([rows_a, rows_b]))
-        if not (solved_a and solved_b):
-            if len(rows) < k:
-                return rows, False
-            solve(rows)  # a small leaf joins its sibling
-            return rows, True
-        state["gain"] += stitch(Z, labels, rows, tree.directions[ref], tree.thresholds[ref], k, method,
-                                settings)
-        state["next"] = int(labels.max()) + 1
-        return rows, True
-
-    rows, solved = visit(int(tree.task_root[task]))
+    order, bounds = task_order(leaf, tree, task)
+    solver = _TaskSolver(np.ascontiguousarray(Z[order]), bounds, tree, k, method, settings)
+    s, e, solved = solver.visit(int(tree.task_root[task]))
     if not solved:
-        labels[rows] = 0  # fewer than k rows in the whole task: the release gate will refuse it
-    return compact(labels), state["gain"]
+        solver.labels[s:e] = 0  # fewer than k rows in the whole task: the release gate will refuse it
+    labels = np.empty_like(solver.labels)
+    labels[order] = solver.labels
+    return compact(labels), solver.gain
 
 
 def assign_upper(Z, labels, tree, task, settings):
@@ -213,7 +234,7 @@ def assign_upper(Z, labels, tree, task, settings):
     A group near several planes goes to the nearest, so the upper stitching windows are disjoint
     and every upper plane can be stitched in parallel.
     """
-    centroids, radius = group_shape(Z, labels)
+    centroids, radius, _ = groups.group_shape(Z, labels, int(labels.max()) + 1)
     plane = np.full(len(radius), -1, dtype=np.int64)
     best = np.full(len(radius), np.inf)
     for position in tree.task_ancestors[task]:

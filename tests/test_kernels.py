@@ -17,6 +17,8 @@ from hypothesis.extra import numpy as hnp
 import microagg
 import naive
 from microagg import kernels
+from microagg.kernels import groups
+from microagg.kernels.refine import _nearest_groups
 from microagg.pipeline import stats
 
 FAST = settings(deadline=None, max_examples=150)
@@ -327,3 +329,42 @@ def test_refine_improves_mdav_on_census(census):
     changes = kernels.refine(Z, refined, 3, 5)
     assert changes > 0
     assert naive.sse(Z, refined) < 0.95 * naive.sse(Z, labels)
+
+
+@FAST
+@given(float_matrix(min_rows=3, max_rows=80, max_cols=5, bound=100.0), st.integers(1, 8), st.integers(0, 2**32 - 1))
+def test_nearest_groups_are_the_nearest_centroids(sums, n_neighbors, seed):
+    rng = np.random.default_rng(seed)
+    size = rng.integers(1, 9, size=len(sums))
+    alive = rng.random(len(sums)) < 0.8
+    assume(alive.sum() > n_neighbors)
+    nb = _nearest_groups(sums, size, alive, n_neighbors)
+    centroids = sums / size[:, None]
+    for a in np.flatnonzero(alive):
+        others = np.flatnonzero(alive & (np.arange(len(sums)) != a))
+        want = np.sort(((centroids[others] - centroids[a]) ** 2).sum(axis=1))[:n_neighbors]
+        assert set(nb[a]) <= set(others)
+        got = np.sort(((centroids[nb[a]] - centroids[a]) ** 2).sum(axis=1))
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    assert (nb[~alive] == -1).all()
+
+
+@FAST
+@given(hnp.arrays(np.int64, st.integers(1, 60), elements=st.integers(0, 40)), st.integers(0, 2**32 - 1))
+def test_group_bookkeeping(raw, seed):
+    local, g = groups.compact_labels(raw)
+    first_seen = list(dict.fromkeys(raw.tolist()))
+    assert g == len(first_seen)
+    assert np.array_equal(local, [first_seen.index(v) for v in raw])
+    start, rows = groups.group_members(local, g)
+    for group in range(g):
+        assert np.array_equal(rows[start[group]:start[group + 1]], np.flatnonzero(local == group))
+    chosen = np.random.default_rng(seed).permutation(g)[: max(1, g // 2)]
+    assert np.array_equal(groups.gather_groups(start, rows, chosen), np.flatnonzero(np.isin(local, chosen)))
+    Z = np.random.default_rng(seed).normal(size=(len(raw), 3))
+    centroids, radius, sizes = groups.group_shape(Z, local, g)
+    for group in range(g):
+        member = Z[local == group]
+        np.testing.assert_allclose(centroids[group], member.mean(axis=0))
+        np.testing.assert_allclose(radius[group], np.sqrt(((member - member.mean(axis=0)) ** 2).sum(axis=1).mean()))
+        assert sizes[group] == len(member)

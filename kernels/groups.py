@@ -1,0 +1,92 @@
+"""Group bookkeeping kernels for the stitching stage: relabelling, group shapes, member lists.
+
+Each runs in one or two passes over the rows (no sorting), so stitching a split plane costs time
+linear in the rows below it.
+"""
+
+import numpy as np
+
+from ._jit import jit
+
+
+@jit
+def compact_labels(labels):
+    """``(local, g)``: ``labels`` (any non-negative int64) renumbered ``0..g-1`` in order of first
+    appearance."""
+    n = labels.shape[0]
+    top = 0
+    for i in range(n):
+        if labels[i] > top:
+            top = labels[i]
+    remap = np.full(top + 1, -1, dtype=np.int64)
+    local = np.empty(n, dtype=np.int64)
+    g = 0
+    for i in range(n):
+        old = labels[i]
+        if remap[old] < 0:
+            remap[old] = g
+            g += 1
+        local[i] = remap[old]
+    return local, g
+
+
+@jit
+def group_shape(Z, labels, n_groups):
+    """Per group: ``(centroids, radius, sizes)``, the radius being the RMS distance to the centroid."""
+    n, d = Z.shape
+    centroids = np.zeros((n_groups, d))
+    sizes = np.zeros(n_groups, dtype=np.int64)
+    for i in range(n):
+        g = labels[i]
+        sizes[g] += 1
+        for j in range(d):
+            centroids[g, j] += Z[i, j]
+    for g in range(n_groups):
+        for j in range(d):
+            centroids[g, j] /= sizes[g]
+    spread = np.zeros(n_groups)
+    for i in range(n):
+        g = labels[i]
+        s = 0.0
+        for j in range(d):
+            t = Z[i, j] - centroids[g, j]
+            s += t * t
+        spread[g] += s
+    radius = np.empty(n_groups)
+    for g in range(n_groups):
+        radius[g] = np.sqrt(spread[g] / sizes[g])
+    return centroids, radius, sizes
+
+
+@jit
+def group_members(labels, n_groups):
+    """Member lists as ``(start, rows)``: group g's rows, ascending, are ``rows[start[g]:start[g+1]]``."""
+    n = labels.shape[0]
+    start = np.zeros(n_groups + 1, dtype=np.int64)
+    for i in range(n):
+        start[labels[i] + 1] += 1
+    for g in range(n_groups):
+        start[g + 1] += start[g]
+    fill = start[:-1].copy()
+    rows = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        g = labels[i]
+        rows[fill[g]] = i
+        fill[g] += 1
+    return start, rows
+
+
+@jit
+def gather_groups(start, rows, groups):
+    """The rows (ascending) of the groups ``groups``."""
+    total = 0
+    for g in groups:
+        total += start[g + 1] - start[g]
+    out = np.empty(total, dtype=np.int64)
+    t = 0
+    for g in groups:
+        for p in range(start[g], start[g + 1]):
+            out[t] = rows[p]
+            t += 1
+    out.sort()
+    return out
