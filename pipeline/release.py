@@ -294,8 +294,13 @@ def persisted(frame):
 
 
 def shuffle_method():
-    """Peer-to-peer shuffling on a distributed cluster; in-memory task shuffling otherwise."""
-    return None if _client() is not None else "tasks"  # None: dask's default on distributed (p2p)
+    """Dask's task-based shuffle, on every scheduler.
+
+    Measured on 2 workers (BENCHMARKS.md): against peer-to-peer shuffling, the release of 1M rows
+    took 8.7 s instead of 10.6 s (its write stage 1.1 s instead of 3.1 s: the final shuffle into few
+    output files) and 10M rows 88 s against 87 s, with the same peak memory.
+    """
+    return "tasks"
 
 
 def _by_key(frame, column, n_keys):
