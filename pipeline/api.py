@@ -11,10 +11,12 @@ from .. import kernels
 from . import stats
 from .errors import InputError
 from .methods import get_method
+from .blocked import Blocking, blocked_partition
 from .stitch import REFINEMENTS, solve_block
 from .validation import (
     as_float_matrix,
     check_aggregate,
+    check_blocking,
     check_finite,
     check_k,
     non_numeric_error,
@@ -44,8 +46,12 @@ def _labels_checked(labels, n, k):
     return labels
 
 
-def partition(X, k, method="mdav", *, refine="none", standardized=False):
-    """Partition the rows of ``X`` into groups of at least ``k`` similar records (one block).
+def partition(X, k, method="mdav", *, refine="none", standardized=False, **blocking):
+    """Partition the rows of ``X`` into groups of at least ``k`` similar records.
+
+    Solved as one block (the method exactly as published) unless blocking options are given: then
+    by the pipeline's blocked algorithm in memory (:mod:`pipeline.blocked`), whose groups are those
+    the distributed release would form with the same options.
 
     Parameters
     ----------
@@ -56,6 +62,8 @@ def partition(X, k, method="mdav", *, refine="none", standardized=False):
         swaps and group dissolution between neighbouring groups, to a local optimum)
     standardized : bool, if True ``X`` is used as given; otherwise each column is z-scored first
         (population standard deviation), as the literature does
+    **blocking : ``block_size``, ``blocks_per_task``, ``order``, ``seed``, ``sample_rows`` (see
+        :class:`microagg.pipeline.release.ReleaseOptions`)
 
     Returns
     -------
@@ -66,7 +74,19 @@ def partition(X, k, method="mdav", *, refine="none", standardized=False):
     m = get_method(method)
     settings = _refinement(refine)
     Z = X if standardized else standardize(X)[0]
+    if blocking:
+        labels, _ = blocked_partition(Z, k, m, settings, _blocking(blocking, k))
+        return _labels_checked(labels, X.shape[0], k)
     return _labels_checked(solve_block(Z, k, m, settings.block_sweeps), X.shape[0], k)
+
+
+def _blocking(options, k):
+    unknown = sorted(set(options) - set(Blocking.__dataclass_fields__))
+    if unknown:
+        raise TypeError(f"unknown blocking option(s) {unknown}; accepted: {', '.join(Blocking.__dataclass_fields__)}")
+    plan = Blocking(**options)
+    check_blocking(plan.block_size, plan.blocks_per_task, plan.order, k)
+    return plan
 
 
 def _refinement(name):
@@ -105,17 +125,18 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
 
     Parameters
     ----------
-    df : pandas.DataFrame (solved in memory as one block) or dask.dataframe.DataFrame (the
-        distributed pipeline on the active Dask client or scheduler: spatial blocks, stitching,
-        release gate; the result is lazy)
+    df : pandas.DataFrame (solved in memory: as one block, or blocked when blocking options are
+        given) or dask.dataframe.DataFrame (the distributed pipeline on the active Dask client or
+        scheduler: spatial blocks, stitching, release gate; the result is lazy)
     k : int >= 2
     quasi_identifiers : list of column names; default every numeric column not in ``identifiers``
     method : str, see ``microagg.METHODS``
     identifiers : direct identifiers, dropped from the result
     aggregate : "mean" (default) or "median": the centroid that replaces each group's values
     refine : "none" or "local", see :func:`partition`
-    **blocking : for a Dask DataFrame, further :class:`microagg.pipeline.release.ReleaseOptions`
-        (``order``, ``block_size``, ``seed``...)
+    **blocking : further :class:`microagg.pipeline.release.ReleaseOptions` (``order``,
+        ``block_size``, ``seed``...); for a pandas DataFrame they select the blocked solve in memory,
+        whose release equals the distributed one
 
     Returns
     -------
@@ -133,8 +154,6 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
             **blocking,
         )
         return build_release(df, options)[0]
-    if blocking:
-        raise TypeError(f"blocking options {sorted(blocking)} apply to Dask DataFrames only")
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"anonymize expects a pandas or Dask DataFrame, got {type(df).__name__}")
     check_aggregate(aggregate)
@@ -145,7 +164,7 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     get_method(method)
     X = np.ascontiguousarray(df[qi].to_numpy(dtype=np.float64))
     Z, _, _ = standardize(X, qi)
-    labels = partition(Z, k, method, refine=refine, standardized=True)
+    labels = partition(Z, k, method, refine=refine, standardized=True, **blocking)
     n_groups = int(labels.max()) + 1
     released = centroids(X, labels, n_groups, aggregate)[labels]
     out = df.drop(columns=ids).copy()

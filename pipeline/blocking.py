@@ -65,6 +65,16 @@ class SplitTree:
         return self.subtree_leaves(a) + self.subtree_leaves(b)
 
 
+def sample_plan(n_rows, block_size, sample_rows=None):
+    """``(fraction, threshold)`` of the deterministic sample behind the split tree: about 256 sample
+    rows per block (at least 20,000, at most 2,000,000) unless ``sample_rows`` says otherwise; a row is
+    sampled when the hash of its row id and the seed is below ``threshold`` (None: every row)."""
+    target = sample_rows or min(2_000_000, max(20_000, 256 * n_rows // block_size))
+    fraction = min(1.0, target / max(n_rows, 1))
+    threshold = None if fraction >= 1.0 else np.uint64(min(2**64 - 1, int(fraction * 2.0**64)))
+    return fraction, threshold
+
+
 def principal_direction(Z):
     """Unit first principal direction of the rows of ``Z`` (sign: largest entry positive)."""
     centred = Z - Z.mean(axis=0)

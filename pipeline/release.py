@@ -45,6 +45,7 @@ from .errors import InputError, ReleaseGateError
 from .methods import get_method
 from .validation import (
     check_aggregate,
+    check_blocking,
     check_finite,
     check_k,
     non_numeric_error,
@@ -106,14 +107,9 @@ def plan(ddf, options):
     get_method(options.method)
     if options.rows_per_file < 1:
         raise InputError(f"rows per file must be >= 1, got {options.rows_per_file}")
-    if options.order not in blocking.ORDERS:
-        raise InputError(f"unknown order {options.order!r}; choose one of: {', '.join(blocking.ORDERS)}")
     if options.refine not in stitch.REFINEMENTS:
         raise InputError(f"unknown refinement {options.refine!r}; choose one of: {', '.join(stitch.REFINEMENTS)}")
-    if options.blocks_per_task < 1:
-        raise InputError(f"blocks per task must be >= 1, got {options.blocks_per_task}")
-    if options.block_size < 2 * options.k:
-        raise InputError(f"block size must be at least 2k = {2 * options.k}, got {options.block_size}")
+    check_blocking(options.block_size, options.blocks_per_task, options.order, options.k)
     reserved = [c for c in ddf.columns if str(c).startswith("_microagg_")]
     if reserved:
         raise InputError(f"input column(s) {reserved} use the reserved prefix '_microagg_'; rename them")
@@ -192,9 +188,7 @@ def _sample_rows(part, qi, seed, threshold):
 
 def draw_sample(frame, qi, n_rows, options):
     """The deterministic sample behind the split tree: ``(fraction, rows sorted by row id)``."""
-    target = options.sample_rows or min(2_000_000, max(20_000, 256 * n_rows // options.block_size))
-    fraction = min(1.0, target / n_rows)
-    threshold = None if fraction >= 1.0 else np.uint64(min(2**64 - 1, int(fraction * 2.0**64)))
+    fraction, threshold = blocking.sample_plan(n_rows, options.block_size, options.sample_rows)
     meta = frame._meta[[ROW_ID, *qi]]
     sample = frame.map_partitions(_sample_rows, qi, options.seed, threshold, meta=meta).compute()
     return fraction, sample.sort_values(ROW_ID, kind="stable")
@@ -246,15 +240,13 @@ def _solve_task(part, qi, mean, std, tree, options):
     if not len(part):
         return _empty_solved(qi)
     task, part, X, Z = _keyed_rows(part, qi, mean, std)
-    method = get_method(options.method)
-    settings = stitch.REFINEMENTS[options.refine]
-    labels, gain = stitch.solve_task(Z, part[LEAF].to_numpy(), tree, task, options.k, method, settings)
-    plane = stitch.assign_upper(Z, labels, tree, task, settings)[labels]
+    labels, plane, gain = stitch.solve_task(Z, part[LEAF].to_numpy(), tree, task, options.k,
+                                            get_method(options.method), stitch.REFINEMENTS[options.refine])
     released, loss = _release_values(X, labels, std, options.aggregate)
     boundary = plane >= 0
     released[boundary] = X[boundary]  # released by the upper stitching stage
     loss[boundary] = 0.0
-    group = (np.int64(task) << 32) | labels
+    group = stitch.task_group(task, labels)
     return _solved_frame(part[ROW_ID].to_numpy(), group, plane, part[LEAF].to_numpy(), released, loss, gain, qi)
 
 
@@ -263,13 +255,10 @@ def _stitch_upper(part, qi, mean, std, tree, options):
     if not len(part):
         return _empty_solved(qi)
     position, part, X, Z = _keyed_rows(part, qi, mean, std)
-    local = stitch.compact(part[GROUP_ID].to_numpy())
-    n_groups = int(local.max()) + 1
-    labels, gain = stitch.improve_groups(Z, local, n_groups, np.arange(n_groups), options.k,
-                                         get_method(options.method), stitch.REFINEMENTS[options.refine])
-    labels = stitch.compact(labels)
+    labels, gain = stitch.stitch_upper(Z, part[GROUP_ID].to_numpy(), options.k, get_method(options.method),
+                                       stitch.REFINEMENTS[options.refine])
     released, loss = _release_values(X, labels, std, options.aggregate)
-    group = (np.int64(tree.n_tasks + position) << 32) | labels
+    group = stitch.upper_group(tree, position, labels)
     plane = np.full(len(part), -1, dtype=np.int64)
     return _solved_frame(part[ROW_ID].to_numpy(), group, plane, part[LEAF].to_numpy(), released, loss, gain, qi)
 

@@ -212,10 +212,12 @@ class _TaskSolver:
 
 
 def solve_task(Z, leaf, tree, task, k, method, settings):
-    """Labels (``0..g-1``) of one task's rows: its leaves solved, its planes stitched bottom-up.
+    """One task's rows (in row-id order): its leaves solved, its planes stitched bottom-up.
 
     A leaf with fewer than k rows (possible when routing by a sample) is merged with its sibling
-    before the kernel runs. Returns ``(labels, stitch_gain)``, labels in the rows' given order.
+    before the kernel runs. Returns ``(labels, plane, stitch_gain)``: labels ``0..g-1`` in the rows'
+    order, and per row the upper split plane (position in ``tree.upper``) its group will be
+    stitched across, or -1 (see :func:`assign_upper`).
     """
     order, bounds = task_order(leaf, tree, task)
     solver = _TaskSolver(np.ascontiguousarray(Z[order]), bounds, tree, k, method, settings)
@@ -224,7 +226,27 @@ def solve_task(Z, leaf, tree, task, k, method, settings):
         solver.labels[s:e] = 0  # fewer than k rows in the whole task: the release gate will refuse it
     labels = np.empty_like(solver.labels)
     labels[order] = solver.labels
-    return compact(labels), solver.gain
+    labels = compact(labels)
+    return labels, assign_upper(Z, labels, tree, task, settings)[labels], solver.gain
+
+
+def stitch_upper(Z, group_ids, k, method, settings):
+    """The groups (``group_ids``, any int64) of every task near one upper split plane, re-solved
+    together. Returns ``(labels, gain)``, labels ``0..g-1``."""
+    local = compact(group_ids)
+    n_groups = int(local.max()) + 1
+    labels, gain = improve_groups(Z, local, n_groups, np.arange(n_groups), k, method, settings)
+    return compact(labels), gain
+
+
+def task_group(task, labels):
+    """Release-wide group ids of a task's groups (a task's groups never meet another task's)."""
+    return (np.int64(task) << 32) | labels
+
+
+def upper_group(tree, position, labels):
+    """Release-wide group ids of the groups re-solved across upper plane ``position``."""
+    return (np.int64(tree.n_tasks + position) << 32) | labels
 
 
 def assign_upper(Z, labels, tree, task, settings):

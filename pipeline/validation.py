@@ -7,6 +7,7 @@ fix the input without reading code.
 import numpy as np
 import pandas as pd
 
+from .blocking import ORDERS
 from .errors import InputError
 
 AGGREGATES = ("mean", "median")
@@ -21,6 +22,16 @@ def check_k(k, n_rows=None):
     if n_rows is not None and n_rows < k:
         raise InputError(f"the input has {n_rows} rows, fewer than k={k}: no group of k records can be formed")
     return int(k)
+
+
+def check_blocking(block_size, blocks_per_task, order, k):
+    """Options of the blocked solve (in memory or distributed)."""
+    if order not in ORDERS:
+        raise InputError(f"unknown order {order!r}; choose one of: {', '.join(ORDERS)}")
+    if blocks_per_task < 1:
+        raise InputError(f"blocks per task must be >= 1, got {blocks_per_task}")
+    if block_size < 2 * k:
+        raise InputError(f"block size must be at least 2k = {2 * k}, got {block_size}")
 
 
 def check_aggregate(aggregate):

@@ -1,0 +1,82 @@
+"""The blocked solve in memory: the distributed pipeline's algorithm without Dask.
+
+Same sample, split tree, routing, per-task kernels and stitching (the functions of
+:mod:`pipeline.blocking` and :mod:`pipeline.stitch` that the Dask stages call), on one NumPy array:
+the groups are exactly those of the distributed release with the same options, so its released
+values are identical. Tasks run on a thread pool (the kernels release the GIL).
+
+For data that fits in memory but is too large for an O(n^2) method in one block (a million rows
+in a pandas DataFrame, say); the result is a plain label array.
+"""
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import kernels
+from . import blocking, stitch
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """How the rows are cut into blocks (the pipeline's options of the same names)."""
+
+    block_size: int = 5000
+    blocks_per_task: int = 16
+    order: str = "kd"
+    seed: int = 0
+    sample_rows: int | None = None
+
+
+def blocked_partition(Z, k, method, settings, plan=Blocking(), threads=None):
+    """Labels (``0..g-1``) of the blocked solve of the standardized rows ``Z``, and a summary.
+
+    ``method`` is a :class:`pipeline.methods.Method`, ``settings`` a :class:`pipeline.stitch.Refinement`.
+    Returns ``(labels, info)`` with ``info`` = blocks, tasks, upper planes, stitching SSE gain.
+    """
+    n = Z.shape[0]
+    row_ids = np.arange(n, dtype=np.int64)
+    fraction, threshold = blocking.sample_plan(n, plan.block_size, plan.sample_rows)
+    sample = row_ids if threshold is None else np.flatnonzero(kernels.sample_mask(row_ids, plan.seed, threshold))
+    tree = blocking.build_tree(np.ascontiguousarray(Z[sample]), fraction, plan.block_size,
+                               plan.blocks_per_task * plan.block_size, k, plan.order)
+    leaf = tree.route(Z)
+    task_of_row = tree.leaf_task[leaf]
+    order = np.argsort(task_of_row, kind="stable")  # rows of each task together, in row-id order
+    bounds = np.searchsorted(task_of_row[order], np.arange(tree.n_tasks + 1))
+
+    def solve(task):
+        rows = order[bounds[task]:bounds[task + 1]]
+        if not len(rows):
+            return rows, None
+        return rows, stitch.solve_task(np.ascontiguousarray(Z[rows]), leaf[rows], tree, task, k, method, settings)
+
+    group = np.empty(n, dtype=np.int64)
+    plane = np.empty(n, dtype=np.int64)
+    gain = 0.0
+    with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
+        for task, (rows, solved) in enumerate(pool.map(solve, range(tree.n_tasks))):
+            if solved is not None:
+                labels, plane[rows], task_gain = solved
+                group[rows] = stitch.task_group(task, labels)
+                gain += task_gain
+
+        by_plane = np.argsort(plane, kind="stable")  # rows of each upper plane together, in row-id order
+        plane_bounds = np.searchsorted(plane[by_plane], np.arange(len(tree.upper) + 1))
+
+        def stitch_plane(position):
+            rows = by_plane[plane_bounds[position]:plane_bounds[position + 1]]
+            if not len(rows):
+                return rows, None
+            return rows, stitch.stitch_upper(np.ascontiguousarray(Z[rows]), group[rows], k, method, settings)
+
+        for position, (rows, stitched) in enumerate(pool.map(stitch_plane, range(len(tree.upper)))):
+            if stitched is not None:
+                labels, plane_gain = stitched
+                group[rows] = stitch.upper_group(tree, position, labels)
+                gain += plane_gain
+    info = {"blocks": tree.n_leaves, "tasks": tree.n_tasks, "upper_planes": len(tree.upper),
+            "stitch_sse_gain": gain}
+    return stitch.compact(group), info
