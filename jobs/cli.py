@@ -36,10 +36,26 @@ def _add_anonymize(sub):
     p.add_argument("--report", default=None, metavar="PATH",
                    help="where to write the JSON report (default OUTPUT/_report.json)")
     p.add_argument("--rows-per-file", type=int, default=1_000_000, help="rows per output Parquet file")
-    p.add_argument("--refine", default="none", choices=("none", "local"),
-                   help="none: each block exactly as the method builds it, light stitching across split "
-                        "planes (default); local: local search (record moves, swaps, group dissolution) "
-                        "inside every block and deeper stitching: lower information loss, slower")
+    p.add_argument("--refine", default="none", metavar="NAME",
+                   help="refinement applied to every block after the method (see `microagg methods`): none "
+                        "(default), local (local search to a local optimum), ils (iterated local search), "
+                        "tfrp2, decompose-shrink")
+    p.add_argument("--stitch", default="light", choices=("light", "deep"),
+                   help="how hard the groups across split planes are re-solved: light (default) or deep "
+                        "(wider bands, more sweeps, windows also re-partitioned: lower loss, slower)")
+    methods = p.add_argument_group("method and refinement options (only where the method / refinement takes them)")
+    methods.add_argument("--grow", choices=("nn", "nc"), default=None,
+                         help="group growth: nn (a record and its k-1 nearest; classic) or nc (add the record "
+                              "nearest the group's running centroid)")
+    methods.add_argument("--gamma", type=float, default=None, help="vmdav: gain factor")
+    methods.add_argument("--eps", type=float, default=None,
+                         help="dbm: DBSCAN radius in z-score units (default: from the k-distance distribution)")
+    methods.add_argument("--mhm-order", default=None, choices=("mdav", "npn", "md", "cbfs"),
+                         help="mhm: the record ordering (default mdav)")
+    methods.add_argument("--iterations", type=int, default=None, help="ils: iterations per block (default 200)")
+    methods.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                         help="ils: stop a block's search after this many seconds (the result then depends on "
+                              "the machine's speed; the iteration count alone is reproducible)")
     p.add_argument("--order", default="kd", choices=("kd", "pca", "zscore"),
                    help="how records are blocked: kd (recursive median splits along each cell's first "
                         "principal direction; default), pca (slabs along the first principal component), "
@@ -50,7 +66,9 @@ def _add_anonymize(sub):
     p.add_argument("--blocks-per-task", type=int, default=16,
                    help="blocks solved and stitched together in one Dask task (default 16); the split planes "
                         "between tasks are stitched in a second, parallel stage")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sample that shapes the blocks (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the sample that shapes the blocks and of seeded methods and refinements (each "
+                        "block's seed derives from it and the block id; default 0)")
     p.add_argument("--hash-identifiers", action="store_true",
                    help="replace identifiers by their keyed HMAC-SHA256 instead of dropping them; the key is "
                         "read from the environment variable MICROAGG_HMAC_KEY (never from the command line)")
@@ -81,6 +99,9 @@ def _anonymize(args):
         aggregate=args.aggregate,
         rows_per_file=args.rows_per_file,
         refine=args.refine,
+        method_options=_given(args, grow="grow", gamma="gamma", eps="eps", mhm_order="mhm_order"),
+        refine_options=_given(args, iterations="iterations", time_budget="time_budget"),
+        stitch=args.stitch,
         order=args.order,
         block_size=args.block_size,
         blocks_per_task=args.blocks_per_task,
@@ -105,12 +126,28 @@ def _anonymize(args):
     return EXIT_OK
 
 
-def _methods(args):
-    from ..pipeline.methods import METHODS
+def _given(args, **names):
+    """``(option, value)`` pairs of the flags the user gave (sorted), for the method or refinement."""
+    return tuple(sorted((option, getattr(args, attr)) for option, attr in names.items()
+                        if getattr(args, attr) is not None))
 
-    width = max(len(name) for name in METHODS)
-    for m in METHODS.values():
-        print(f"{m.name:<{width}}  {m.summary}\n{'':<{width}}  [{m.reference}]")
+
+def _methods(args):
+    from ..pipeline.methods import METHODS, REFINERS
+
+    width = max(len(name) for name in [*METHODS, *REFINERS])
+
+    def show(entries):
+        for m in entries.values():
+            options = ", ".join(f"{name}={default}" for name, default in m.options.items())
+            print(f"{m.name:<{width}}  {m.summary}" + (f" (options: {options})" if options else ""))
+            if m.reference:
+                print(f"{'':<{width}}  [{m.reference}]")
+
+    print("methods (--method):")
+    show(METHODS)
+    print("\nrefinements (--refine):")
+    show(REFINERS)
     return EXIT_OK
 
 

@@ -1,4 +1,4 @@
-"""Classic MDAV (Maximum Distance to Average Vector), fixed group size k.
+"""Classic MDAV (Maximum Distance to Average Vector), fixed group size k, and its NC growth variant.
 
 The algorithm, as in ``shared/papers/dbm-density-based-microaggregation.txt`` section 2.4 and
 ``shared/papers/mic1d-one-dimension-microaggregation.txt`` Algorithm 2 (the mu-Argus / sdcMicro
@@ -22,6 +22,13 @@ Tie-breaking rule (deterministic, independent of how the input was split): among
 distance, the one that comes first in the input (the lowest row index; in the pipeline, the lowest
 global row id) is the farthest, respectively the nearest. Groups are numbered in the order they are
 formed.
+
+Growth rules (``shared/papers/iterative-group-decomposition-refinement.txt`` section 3.1): ``mdav``
+grows each group by *nearest neighbours* (NN: the selected record and its k-1 nearest remaining
+records, the classic algorithm above); ``mdav_nc`` grows it *nearest to centre* (NC: starting from
+the selected record, repeatedly add the remaining record nearest to the group's running centroid
+until the group has k records; ties again to the lowest row index). Everything else (the choice of
+r and s, the end game) is the same, so MDAV-NC groups also have k..2k-1 records.
 
 References
 ----------
@@ -81,6 +88,44 @@ def _nearest(dist, alive, m, center, k, out):
 
 
 @jit
+def _grow_nc(Y, alive, m, seed, members, dist, running):
+    """NC growth: ``members[0] = seed``, then the alive record nearest to the running centroid of the
+    members so far, until ``members`` is full. Members are marked dead as they join (the caller's
+    ``_take_group`` marks them again); ``dist`` and ``running`` are scratch buffers."""
+    d = Y.shape[0]
+    members[0] = seed
+    alive[seed] = False
+    for j in range(d):
+        running[j] = Y[j, seed]
+    centroid = np.empty(d)
+    for t in range(1, members.shape[0]):
+        for j in range(d):
+            centroid[j] = running[j] / t
+        _distances_to(Y, m, centroid, dist)
+        best = -1
+        best_d = np.inf
+        for i in range(m):
+            if alive[i] and dist[i] < best_d:  # strict: the lowest position (row index) wins ties
+                best_d = dist[i]
+                best = i
+        members[t] = best
+        alive[best] = False
+        for j in range(d):
+            running[j] += Y[j, best]
+
+
+@jit
+def _grow(Y, alive, m, seed, dist, members, nc, work, running):
+    """Fill ``members`` (capacity k) with ``seed`` and k-1 alive records: its nearest neighbours
+    (``dist`` must hold the distances to ``seed``; it is left unchanged) or, if ``nc``, NC growth
+    (scratch ``work`` and ``running``)."""
+    if nc:
+        _grow_nc(Y, alive, m, seed, members, work, running)
+    else:
+        _nearest(dist, alive, m, seed, members.shape[0], members)
+
+
+@jit
 def _take_group(members, alive, ids, Z, labels, total, group):
     """Label ``members`` (storage positions) as ``group``, mark them dead, update the running sum."""
     d = Z.shape[1]
@@ -113,7 +158,7 @@ def _compact(Y, ids, alive, m):
 
 @jit
 def _group_around_farthest_from_centroid(Y, ids, alive, m, n_alive, Z, labels, total, dist,
-                                         members, group):
+                                         members, group, nc, work, running):
     """Centroid -> farthest record r -> group of r; returns r's storage position."""
     d = Y.shape[0]
     c = np.empty(d)
@@ -122,7 +167,7 @@ def _group_around_farthest_from_centroid(Y, ids, alive, m, n_alive, Z, labels, t
     _distances_to(Y, m, c, dist)
     r = _farthest(dist, alive, m)
     _distances_to(Y, m, Y[:, r].copy(), dist)
-    _nearest(dist, alive, m, r, members.shape[0], members)
+    _grow(Y, alive, m, r, dist, members, nc, work, running)
     _take_group(members, alive, ids, Z, labels, total, group)
     return r
 
@@ -134,6 +179,23 @@ def mdav(Z, k):
     Returns int64 group labels ``0..g-1`` numbered in order of formation. Every group has between
     k and 2k-1 records.
     """
+    return _mdav(Z, k, False)
+
+
+@jit
+def mdav_nc(Z, k):
+    """MDAV-NC labels: as :func:`mdav`, but each group grows nearest to its running centroid (NC).
+
+    References
+    ----------
+    Khomnotai, Lin, Peng and Santra (2018), Iterative group decomposition for refining
+    microaggregation solutions, Symmetry 10(7) 262, section 3.1 and Table 1 (MDAV-NC).
+    """
+    return _mdav(Z, k, True)
+
+
+@jit
+def _mdav(Z, k, nc):
     n, d = Z.shape
     labels = np.full(n, -1, dtype=np.int64)
     if n < 2 * k:
@@ -151,18 +213,20 @@ def mdav(Z, k):
             total[j] += Z[i, j]
     dist = np.empty(n)
     members = np.empty(k, dtype=np.int64)
+    work = np.empty(n if nc else 0)
+    running = np.empty(d)
     m = n
     n_alive = n
     group = 0
     while n_alive >= 3 * k:
         _group_around_farthest_from_centroid(Y, ids, alive, m, n_alive, Z, labels, total, dist,
-                                             members, group)
+                                             members, group, nc, work, running)
         n_alive -= k
         group += 1
         # dist still holds the distances to r: s is the remaining record farthest from r
         s = _farthest(dist, alive, m)
         _distances_to(Y, m, Y[:, s].copy(), dist)
-        _nearest(dist, alive, m, s, k, members)
+        _grow(Y, alive, m, s, dist, members, nc, work, running)
         _take_group(members, alive, ids, Z, labels, total, group)
         n_alive -= k
         group += 1
@@ -171,7 +235,7 @@ def mdav(Z, k):
             m = _compact(Y, ids, alive, m)
     if n_alive >= 2 * k:
         _group_around_farthest_from_centroid(Y, ids, alive, m, n_alive, Z, labels, total, dist,
-                                             members, group)
+                                             members, group, nc, work, running)
         n_alive -= k
         group += 1
     for i in range(m):

@@ -1,6 +1,6 @@
 """Local-search refinement of a microaggregation partition (never raises the SSE, keeps k..2k-1).
 
-Starting from any partition with group sizes in ``[k, max_size]``, repeat sweeps over the groups in
+Starting from any partition with groups of at least k rows (none grows beyond ``max_size``), repeat sweeps over the groups in
 a fixed order; for each group A and each of its nearest groups B (by centroid), apply the first
 improving move found among:
 
@@ -126,8 +126,9 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
     Parameters
     ----------
     Z : (n, d) float64 C-contiguous (standardized)
-    labels : (n,) int64, groups ``0..g-1`` of sizes in ``[k, max_size]``; relabelled compactly on return
-    k, max_size : group size bounds (``max_size >= 2k - 1`` keeps every move available)
+    labels : (n,) int64, groups ``0..g-1`` of at least k rows; relabelled compactly on return
+    k, max_size : group size bounds: no group grows beyond ``max_size`` (``>= 2k - 1`` keeps every
+        move available); a group given larger may only shrink
     n_neighbors : candidate groups per group (nearest centroids)
     max_sweeps : upper bound on sweeps over all groups
     tol : a change must lower the SSE by more than ``tol`` times the mean squared norm of a row
@@ -141,7 +142,12 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
         return 0
     n_neighbors = min(n_neighbors, n_groups - 1)
     size = np.zeros(n_groups, dtype=np.int64)
-    members = np.empty((n_groups, max_size), dtype=np.int64)
+    for i in range(n):
+        size[labels[i]] += 1
+    # a group already above max_size (from a method without that bound) may stay as large, never grow
+    capacity = max(max_size, size.max())
+    size[:] = 0
+    members = np.empty((n_groups, capacity), dtype=np.int64)
     sums = np.zeros((n_groups, d))
     scale = 0.0
     for i in range(n):
@@ -157,10 +163,10 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
     cb = np.empty(d)
     cn = np.empty((n_neighbors, d))          # neighbour centroids for the dissolve test
     extra = np.zeros(n_neighbors, dtype=np.int64)
-    target = np.empty(max_size, dtype=np.int64)
-    xb_buf = np.empty(max_size)
-    ya_buf = np.empty(max_size)
-    yr_buf = np.empty(max_size)
+    target = np.empty(capacity, dtype=np.int64)
+    xb_buf = np.empty(capacity)
+    ya_buf = np.empty(capacity)
+    yr_buf = np.empty(capacity)
     own = np.empty(n)                        # squared distance of each row to its group's centroid
     fresh = np.zeros(n_groups, dtype=np.bool_)  # own[] is current for the group's members
     changes = 0
@@ -182,7 +188,7 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
             for t in range(n_neighbors):
                 b = nb[a, t]
                 if b >= 0 and alive[b]:
-                    room += max_size - size[b]
+                    room += max(0, max_size - size[b])
             if room >= size[a]:
                 cost = 0.0
                 for u in range(n_neighbors):

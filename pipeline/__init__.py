@@ -2,10 +2,11 @@
 
 from .api import anonymize, information_loss, partition, standardize
 from .errors import InputError, MicroaggError, ReleaseGateError
-from .methods import METHODS
+from .methods import METHODS, REFINERS
 
 __all__ = [
     "METHODS",
+    "REFINERS",
     "InputError",
     "MicroaggError",
     "ReleaseGateError",

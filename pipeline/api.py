@@ -10,9 +10,9 @@ import pandas as pd
 from .. import kernels
 from . import stats
 from .errors import InputError
-from .methods import get_method
 from .blocked import Blocking, blocked_partition
-from .stitch import REFINEMENTS, solve_block
+from .solver import Solver
+from .stitch import STITCHING, solve_block
 from .validation import (
     as_float_matrix,
     check_aggregate,
@@ -46,23 +46,27 @@ def _labels_checked(labels, n, k):
     return labels
 
 
-def partition(X, k, method="mdav", *, refine="none", standardized=False, **blocking):
+def partition(X, k, method="mdav", *, refine="none", standardized=False, method_options=None,
+              refine_options=None, seed=0, **blocking):
     """Partition the rows of ``X`` into groups of at least ``k`` similar records.
 
-    Solved as one block (the method exactly as published) unless blocking options are given: then
-    by the pipeline's blocked algorithm in memory (:mod:`pipeline.blocked`), whose groups are those
-    the distributed release would form with the same options.
+    Solved as one block (the method exactly as published, then the refinement) unless blocking
+    options are given: then by the pipeline's blocked algorithm in memory (:mod:`pipeline.blocked`),
+    whose groups are those the distributed release would form with the same options.
 
     Parameters
     ----------
     X : array-like, shape (n, d), numeric
     k : int >= 2, at most n
     method : str, a name from ``microagg.METHODS``
-    refine : "none" (the method exactly as published) or "local" (then local search: record moves,
-        swaps and group dissolution between neighbouring groups, to a local optimum)
+    refine : str, a name from ``microagg.REFINERS``: "none" (the method's groups as they are),
+        "local", "ils", ...
     standardized : bool, if True ``X`` is used as given; otherwise each column is z-scored first
         (population standard deviation), as the literature does
-    **blocking : ``block_size``, ``blocks_per_task``, ``order``, ``seed``, ``sample_rows`` (see
+    method_options, refine_options : dict of the options the method / refinement declares (for
+        example ``{"grow": "nc"}``, ``{"iterations": 500}``)
+    seed : int, seeds the methods and refinements that draw random numbers (and the blocking sample)
+    **blocking : ``block_size``, ``blocks_per_task``, ``order``, ``sample_rows``, ``stitch`` (see
         :class:`microagg.pipeline.release.ReleaseOptions`)
 
     Returns
@@ -71,28 +75,30 @@ def partition(X, k, method="mdav", *, refine="none", standardized=False, **block
     """
     X = as_float_matrix(X)
     k = check_k(k, X.shape[0])
-    m = get_method(method)
-    settings = _refinement(refine)
+    solver = Solver.build(method, method_options, refine, refine_options, seed)
+    plan, stitching = _blocking(blocking, k, seed)
     Z = X if standardized else standardize(X)[0]
-    if blocking:
-        labels, _ = blocked_partition(Z, k, m, settings, _blocking(blocking, k))
+    if plan is not None:
+        labels, _ = blocked_partition(Z, k, solver, stitching, plan)
         return _labels_checked(labels, X.shape[0], k)
-    return _labels_checked(solve_block(Z, k, m, settings.block_sweeps), X.shape[0], k)
+    return _labels_checked(solve_block(Z, k, solver), X.shape[0], k)
 
 
-def _blocking(options, k):
-    unknown = sorted(set(options) - set(Blocking.__dataclass_fields__))
+def _blocking(options, k, seed):
+    """``(plan, stitching)`` of the blocked solve, or ``(None, None)`` without blocking options."""
+    if not options:
+        return None, None
+    options = dict(options)
+    name = options.pop("stitch", "light")
+    if name not in STITCHING:
+        raise InputError(f"unknown stitching {name!r}; choose one of: {', '.join(STITCHING)}")
+    accepted = set(Blocking.__dataclass_fields__) - {"seed"}
+    unknown = sorted(set(options) - accepted)
     if unknown:
-        raise TypeError(f"unknown blocking option(s) {unknown}; accepted: {', '.join(Blocking.__dataclass_fields__)}")
-    plan = Blocking(**options)
+        raise TypeError(f"unknown blocking option(s) {unknown}; accepted: {', '.join(sorted(accepted))}, stitch")
+    plan = Blocking(seed=seed, **options)
     check_blocking(plan.block_size, plan.blocks_per_task, plan.order, k)
-    return plan
-
-
-def _refinement(name):
-    if name not in REFINEMENTS:
-        raise InputError(f"unknown refinement {name!r}; choose one of: {', '.join(REFINEMENTS)}")
-    return REFINEMENTS[name]
+    return plan, STITCHING[name]
 
 
 def information_loss(X, labels, *, standardized=False):
@@ -120,7 +126,7 @@ def centroids(X, labels, n_groups, aggregate="mean"):
 
 
 def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggregate="mean", *,
-              refine="none", **blocking):
+              refine="none", method_options=None, refine_options=None, seed=0, **blocking):
     """Microaggregate a DataFrame: QI columns replaced by their group's centroid.
 
     Parameters
@@ -133,10 +139,10 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     method : str, see ``microagg.METHODS``
     identifiers : direct identifiers, dropped from the result
     aggregate : "mean" (default) or "median": the centroid that replaces each group's values
-    refine : "none" or "local", see :func:`partition`
+    refine, method_options, refine_options, seed : see :func:`partition`
     **blocking : further :class:`microagg.pipeline.release.ReleaseOptions` (``order``,
-        ``block_size``, ``seed``...); for a pandas DataFrame they select the blocked solve in memory,
-        whose release equals the distributed one
+        ``block_size``, ``stitch``...); for a pandas DataFrame they select the blocked solve in
+        memory, whose release equals the distributed one
 
     Returns
     -------
@@ -151,7 +157,8 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
         options = ReleaseOptions(
             k=k, method=method, aggregate=aggregate, refine=refine, identifiers=tuple(identifiers),
             quasi_identifiers=tuple(quasi_identifiers) if quasi_identifiers is not None else None,
-            **blocking,
+            method_options=tuple(sorted((method_options or {}).items())),
+            refine_options=tuple(sorted((refine_options or {}).items())), seed=seed, **blocking,
         )
         return build_release(df, options)[0]
     if not isinstance(df, pd.DataFrame):
@@ -161,10 +168,11 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     if non_numeric:
         raise non_numeric_error(non_numeric[0], df[non_numeric[0]].head(1000))
     k = check_k(k, len(df))
-    get_method(method)
+    Solver.build(method, method_options, refine, refine_options, seed)  # fail before any work
     X = np.ascontiguousarray(df[qi].to_numpy(dtype=np.float64))
     Z, _, _ = standardize(X, qi)
-    labels = partition(Z, k, method, refine=refine, standardized=True, **blocking)
+    labels = partition(Z, k, method, refine=refine, standardized=True, method_options=method_options,
+                       refine_options=refine_options, seed=seed, **blocking)
     n_groups = int(labels.max()) + 1
     released = centroids(X, labels, n_groups, aggregate)[labels]
     out = df.drop(columns=ids).copy()

@@ -30,10 +30,10 @@ class Blocking:
     sample_rows: int | None = None
 
 
-def blocked_partition(Z, k, method, settings, plan=Blocking(), threads=None):
+def blocked_partition(Z, k, solver, settings, plan=Blocking(), threads=None):
     """Labels (``0..g-1``) of the blocked solve of the standardized rows ``Z``, and a summary.
 
-    ``method`` is a :class:`pipeline.methods.Method`, ``settings`` a :class:`pipeline.stitch.Refinement`.
+    ``solver`` is a :class:`pipeline.solver.Solver`, ``settings`` a :class:`pipeline.stitch.Stitching`.
     Returns ``(labels, info)`` with ``info`` = blocks, tasks, upper planes, stitching SSE gain.
     """
     n = Z.shape[0]
@@ -51,7 +51,7 @@ def blocked_partition(Z, k, method, settings, plan=Blocking(), threads=None):
         rows = order[bounds[task]:bounds[task + 1]]
         if not len(rows):
             return rows, None
-        return rows, stitch.solve_task(np.ascontiguousarray(Z[rows]), leaf[rows], tree, task, k, method, settings)
+        return rows, stitch.solve_task(np.ascontiguousarray(Z[rows]), leaf[rows], tree, task, k, solver, settings)
 
     group = np.empty(n, dtype=np.int64)
     plane = np.empty(n, dtype=np.int64)
@@ -70,7 +70,7 @@ def blocked_partition(Z, k, method, settings, plan=Blocking(), threads=None):
             rows = by_plane[plane_bounds[position]:plane_bounds[position + 1]]
             if not len(rows):
                 return rows, None
-            return rows, stitch.stitch_upper(np.ascontiguousarray(Z[rows]), group[rows], k, method, settings)
+            return rows, stitch.stitch_upper(np.ascontiguousarray(Z[rows]), group[rows], k, solver, settings)
 
         for position, (rows, stitched) in enumerate(pool.map(stitch_plane, range(len(tree.upper)))):
             if stitched is not None:

@@ -42,7 +42,7 @@ from .. import kernels
 from . import blocking, io, stats, stitch
 from .api import centroids
 from .errors import InputError, ReleaseGateError
-from .methods import get_method
+from .solver import Solver
 from .validation import (
     check_aggregate,
     check_blocking,
@@ -77,7 +77,10 @@ class ReleaseOptions:
     block_size: int = 5000
     blocks_per_task: int = 16           # blocks solved and stitched together in one Dask task
     seed: int = 0
-    refine: str = "none"
+    refine: str = "none"                # a refinement of pipeline.methods.REFINERS, applied per block
+    method_options: tuple = ()          # (name, value) pairs, e.g. (("grow", "nc"),)
+    refine_options: tuple = ()
+    stitch: str = "light"               # pipeline.stitch.STITCHING
     sample_rows: int | None = None      # default: about 256 sample rows per block (at least 20,000)
     hash_identifiers: bool = False      # replace identifiers by a keyed HMAC instead of dropping them
 
@@ -98,17 +101,23 @@ class Timings:
             log.info("stage %s done in %.2f s", name, elapsed)
 
 
+def solver_of(options):
+    """The block solver of a job (checked: unknown methods, refinements or options raise)."""
+    return Solver.build(options.method, dict(options.method_options), options.refine, dict(options.refine_options),
+                        options.seed)
+
+
 # --- stage 1: plan from metadata -------------------------------------------------------------------
 
 def plan(ddf, options):
     """Validate options and columns from the schema alone; returns ``(qi, identifiers)``."""
     check_k(options.k)
     check_aggregate(options.aggregate)
-    get_method(options.method)
     if options.rows_per_file < 1:
         raise InputError(f"rows per file must be >= 1, got {options.rows_per_file}")
-    if options.refine not in stitch.REFINEMENTS:
-        raise InputError(f"unknown refinement {options.refine!r}; choose one of: {', '.join(stitch.REFINEMENTS)}")
+    solver_of(options)
+    if options.stitch not in stitch.STITCHING:
+        raise InputError(f"unknown stitching {options.stitch!r}; choose one of: {', '.join(stitch.STITCHING)}")
     check_blocking(options.block_size, options.blocks_per_task, options.order, options.k)
     reserved = [c for c in ddf.columns if str(c).startswith("_microagg_")]
     if reserved:
@@ -240,8 +249,8 @@ def _solve_task(part, qi, mean, std, tree, options):
     if not len(part):
         return _empty_solved(qi)
     task, part, X, Z = _keyed_rows(part, qi, mean, std)
-    labels, plane, gain = stitch.solve_task(Z, part[LEAF].to_numpy(), tree, task, options.k,
-                                            get_method(options.method), stitch.REFINEMENTS[options.refine])
+    labels, plane, gain = stitch.solve_task(Z, part[LEAF].to_numpy(), tree, task, options.k, solver_of(options),
+                                            stitch.STITCHING[options.stitch])
     released, loss = _release_values(X, labels, std, options.aggregate)
     boundary = plane >= 0
     released[boundary] = X[boundary]  # released by the upper stitching stage
@@ -255,8 +264,8 @@ def _stitch_upper(part, qi, mean, std, tree, options):
     if not len(part):
         return _empty_solved(qi)
     position, part, X, Z = _keyed_rows(part, qi, mean, std)
-    labels, gain = stitch.stitch_upper(Z, part[GROUP_ID].to_numpy(), options.k, get_method(options.method),
-                                       stitch.REFINEMENTS[options.refine])
+    labels, gain = stitch.stitch_upper(Z, part[GROUP_ID].to_numpy(), options.k, solver_of(options),
+                                       stitch.STITCHING[options.stitch])
     released, loss = _release_values(X, labels, std, options.aggregate)
     group = stitch.upper_group(tree, position, labels)
     plane = np.full(len(part), -1, dtype=np.int64)
@@ -502,6 +511,9 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         "k": options.k,
         "method": options.method,
         "refine": options.refine,
+        "method_options": dict(options.method_options),
+        "refine_options": dict(options.refine_options),
+        "stitch": options.stitch,
         "aggregate": options.aggregate,
         "order": options.order,
         "seed": options.seed,
@@ -555,7 +567,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         released, report = build_release(ddf, options, timings, identifier_key, columns)
         report.update(input=str(input_path), output=str(output))
         with timings.stage("write"):
-            metadata = {k: report[k] for k in ("k", "method", "refine", "aggregate", "order", "seed",
+            metadata = {k: report[k] for k in ("k", "method", "method_options", "refine", "refine_options",
+                                               "stitch", "aggregate", "order", "seed",
                                                "quasi_identifiers", "information_loss", "version")}
             released.to_parquet(
                 tmp,

@@ -1,10 +1,10 @@
 """Solving a task's blocks and stitching the groups across split planes (NumPy glue over kernels).
 
-A block is solved by the method's kernel (optionally refined). Blocking puts records that are close
+A block is solved by the job's solver (a method's kernel, then its refinement, if any). Blocking puts records that are close
 but on opposite sides of a split plane into different groups; stitching wins that loss back: the
 groups of both sides whose centroids lie within a band around the plane form a *window*; the window
 is re-solved twice (its groups improved by the local-search kernel, and the window re-partitioned
-by the method and then improved) and the better result is kept only if it lowers the window's SSE.
+by the solver and then improved) and the better result is kept only if it lowers the window's SSE.
 Neither step can raise the SSE or produce a group smaller than k.
 
 Windows larger than ``window_rows`` are cut into sub-windows of whole groups by recursive median
@@ -30,19 +30,17 @@ NEIGHBORS = 8  # candidate groups per group in the local search
 
 
 @dataclass(frozen=True)
-class Refinement:
-    """How hard blocks and stitching windows are worked.
+class Stitching:
+    """How hard the stitching windows are worked.
 
-    block_sweeps : local-search sweeps inside each block after the method (0: the method as is)
     band : a group is near a plane if ``|centroid - plane| <= band * (its RMS radius + the median
         RMS radius)``
     window_sweeps : local-search sweeps per stitching window
-    repartition : also re-partition each window from scratch by the method (keep the better)
+    repartition : also re-partition each window from scratch by the block solver (keep the better)
     window_rows : largest window re-solved at once
     upper_band : the band of the split planes between tasks (their groups travel to another task)
     """
 
-    block_sweeps: int = 0
     band: float = 0.5
     window_sweeps: int = 1
     repartition: bool = False
@@ -50,12 +48,11 @@ class Refinement:
     upper_band: float = 0.25
 
 
-REFINEMENTS = {
-    # each block exactly as the method builds it; a light stitching pass across every split plane
-    "none": Refinement(),
-    # local search to a local optimum inside every block, wider and deeper stitching
-    "local": Refinement(block_sweeps=20, band=1.0, window_sweeps=4, repartition=True, window_rows=4000,
-                        upper_band=0.5),
+STITCHING = {
+    # a light pass across every split plane (measured choice, BENCHMARKS.md)
+    "light": Stitching(),
+    # wider bands, local search to convergence, windows also re-partitioned from scratch
+    "deep": Stitching(band=1.0, window_sweeps=4, repartition=True, window_rows=4000, upper_band=0.5),
 }
 
 
@@ -70,12 +67,9 @@ def compact(labels):
     return rank[inverse].astype(np.int64)
 
 
-def solve_block(Z, k, method, sweeps):
-    """Labels of one block: the method's kernel, then ``sweeps`` of local-search refinement."""
-    labels = np.ascontiguousarray(method.partition(Z, k), dtype=np.int64)
-    if sweeps:
-        refine(Z, labels, k, 2 * k - 1, NEIGHBORS, sweeps)
-    return labels
+def solve_block(Z, k, solver, tag=0):
+    """Labels of one block by ``solver`` (a :class:`pipeline.solver.Solver`); ``tag`` seeds it."""
+    return np.ascontiguousarray(solver.partition(Z, k, tag), dtype=np.int64)
 
 
 def plane_distance(centroids, direction, threshold):
@@ -87,8 +81,8 @@ def near_plane(distance, radius, band):
     return distance <= band * (radius + np.median(radius))
 
 
-def improve_window(Z, labels, k, method, settings):
-    """Best of (local search on ``labels``) and (re-partition by ``method`` + local search).
+def improve_window(Z, labels, k, solver, settings):
+    """Best of (local search on ``labels``) and (re-partition by ``solver`` + local search).
 
     ``labels`` are ``0..g-1`` for the rows of ``Z``; returns ``(labels, gain)``: the better
     labels (``0..g'-1``) and the SSE they win, or the input labels and 0.
@@ -100,7 +94,8 @@ def improve_window(Z, labels, k, method, settings):
     kept_sse = kernels.sse(Z, kept, int(kept.max()) + 1)
     best, best_sse = kept, kept_sse
     if settings.repartition:
-        fresh = solve_block(Z, k, method, settings.window_sweeps)
+        fresh = solve_block(Z, k, solver)
+        refine(Z, fresh, k, 2 * k - 1, NEIGHBORS, settings.window_sweeps)
         fresh_sse = kernels.sse(Z, fresh, int(fresh.max()) + 1)
         if fresh_sse < kept_sse:
             best, best_sse = fresh, fresh_sse
@@ -121,7 +116,7 @@ def _windows(centroids, candidates, sizes, window_rows):
             + _windows(centroids, candidates[order[half:]], sizes, window_rows))
 
 
-def improve_groups(Z, local, n_groups, candidates, k, method, settings, shape=None):
+def improve_groups(Z, local, n_groups, candidates, k, solver, settings, shape=None):
     """Re-solve the groups ``candidates`` of ``local`` (labels ``0..n_groups-1`` of ``Z``) window by
     window. ``shape`` is ``groups.group_shape(Z, local, n_groups)`` if the caller has it.
 
@@ -134,7 +129,7 @@ def improve_groups(Z, local, n_groups, candidates, k, method, settings, shape=No
     next_id = n_groups
     for window in _windows(centroids, np.asarray(candidates, dtype=np.int64), sizes, settings.window_rows):
         members = groups.gather_groups(start, rows, window)
-        new, won = improve_window(np.ascontiguousarray(Z[members]), compact(local[members]), k, method, settings)
+        new, won = improve_window(np.ascontiguousarray(Z[members]), compact(local[members]), k, solver, settings)
         if won > 0:
             gain += won
             local[members] = new + next_id
@@ -161,16 +156,16 @@ def task_order(leaf, tree, task):
 class _TaskSolver:
     """Solves the leaves of one task and stitches its planes bottom-up on contiguous row ranges."""
 
-    def __init__(self, Z, bounds, tree, k, method, settings):
+    def __init__(self, Z, bounds, tree, k, solver, settings):
         self.Z, self.bounds, self.tree = Z, bounds, tree
-        self.k, self.method, self.settings = k, method, settings
+        self.k, self.solver, self.settings = k, solver, settings
         self.labels = np.full(Z.shape[0], -1, dtype=np.int64)
         self.next = 0
         self.leaf_rank = 0
         self.gain = 0.0
 
-    def solve(self, s, e):
-        block = solve_block(self.Z[s:e], self.k, self.method, self.settings.block_sweeps)
+    def solve(self, s, e, tag):
+        block = solve_block(self.Z[s:e], self.k, self.solver, tag)
         self.labels[s:e] = block + self.next
         self.next += int(block.max()) + 1
 
@@ -181,7 +176,7 @@ class _TaskSolver:
             self.leaf_rank += 1
             if e - s < self.k:
                 return s, e, False
-            self.solve(s, e)
+            self.solve(s, e, -1 - ref)  # the leaf id
             return s, e, True
         a, b = self.tree.children(ref)
         s, _, solved_a = self.visit(a)
@@ -189,7 +184,7 @@ class _TaskSolver:
         if not (solved_a and solved_b):
             if e - s < self.k:
                 return s, e, False
-            self.solve(s, e)  # a small leaf joins its sibling
+            self.solve(s, e, self.tree.n_leaves + ref)  # a small leaf joins its sibling
             return s, e, True
         self.stitch(s, e, self.tree.directions[ref], self.tree.thresholds[ref])
         return s, e, True
@@ -204,14 +199,14 @@ class _TaskSolver:
                                                self.settings.band))
         if len(candidates) < 2:
             return
-        new, gain = improve_groups(Zr, local, g, candidates, self.k, self.method, self.settings, shape)
+        new, gain = improve_groups(Zr, local, g, candidates, self.k, self.solver, self.settings, shape)
         if gain > 0:
             self.labels[s:e] = new + self.next
             self.next += int(new.max()) + 1
             self.gain += gain
 
 
-def solve_task(Z, leaf, tree, task, k, method, settings):
+def solve_task(Z, leaf, tree, task, k, solver, settings):
     """One task's rows (in row-id order): its leaves solved, its planes stitched bottom-up.
 
     A leaf with fewer than k rows (possible when routing by a sample) is merged with its sibling
@@ -220,22 +215,22 @@ def solve_task(Z, leaf, tree, task, k, method, settings):
     stitched across, or -1 (see :func:`assign_upper`).
     """
     order, bounds = task_order(leaf, tree, task)
-    solver = _TaskSolver(np.ascontiguousarray(Z[order]), bounds, tree, k, method, settings)
-    s, e, solved = solver.visit(int(tree.task_root[task]))
+    run = _TaskSolver(np.ascontiguousarray(Z[order]), bounds, tree, k, solver, settings)
+    s, e, solved = run.visit(int(tree.task_root[task]))
     if not solved:
-        solver.labels[s:e] = 0  # fewer than k rows in the whole task: the release gate will refuse it
-    labels = np.empty_like(solver.labels)
-    labels[order] = solver.labels
+        run.labels[s:e] = 0  # fewer than k rows in the whole task: the release gate will refuse it
+    labels = np.empty_like(run.labels)
+    labels[order] = run.labels
     labels = compact(labels)
-    return labels, assign_upper(Z, labels, tree, task, settings)[labels], solver.gain
+    return labels, assign_upper(Z, labels, tree, task, settings)[labels], run.gain
 
 
-def stitch_upper(Z, group_ids, k, method, settings):
+def stitch_upper(Z, group_ids, k, solver, settings):
     """The groups (``group_ids``, any int64) of every task near one upper split plane, re-solved
     together. Returns ``(labels, gain)``, labels ``0..g-1``."""
     local = compact(group_ids)
     n_groups = int(local.max()) + 1
-    labels, gain = improve_groups(Z, local, n_groups, np.arange(n_groups), k, method, settings)
+    labels, gain = improve_groups(Z, local, n_groups, np.arange(n_groups), k, solver, settings)
     return compact(labels), gain
 
 

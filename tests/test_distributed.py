@@ -88,7 +88,7 @@ def test_dask_api_is_independent_of_partitioning(data):
     assert_k_anonymous(results[0], QI, 3)
 
 
-@pytest.mark.parametrize("refine", ["none", "local"])
+@pytest.mark.parametrize("refine", ["none", "local", "ils"])
 def test_one_block_equals_the_in_memory_method(census, refine):
     with dask.config.set(scheduler="synchronous"):
         distributed = microagg.anonymize(dd.from_pandas(census, npartitions=3), 3, refine=refine).compute()
@@ -114,13 +114,16 @@ def test_orders_give_k_anonymous_releases(tmp_path, data, order):
     assert_k_anonymous(pd.read_parquet(out), QI, 3)
 
 
-def test_local_refinement_lowers_information_loss(tmp_path, data):
+@pytest.mark.parametrize("refinement", [("--refine", "local"), ("--stitch", "deep"),
+                                        ("--refine", "ils", "--iterations", "5")])
+def test_refinement_lowers_information_loss(tmp_path, data, refinement):
     root, _ = data
     plain = _run(tmp_path, "plain", root / "one.parquet", "--k", 5, *BLOCKED, "--scheduler", "synchronous")
-    refined = _run(tmp_path, "refined", root / "one.parquet", "--k", 5, *BLOCKED, "--refine", "local",
+    refined = _run(tmp_path, "refined", root / "one.parquet", "--k", 5, *BLOCKED, *refinement,
                    "--scheduler", "synchronous")
-    il = [json.loads((p / "_report.json").read_text())["information_loss"] for p in (plain, refined)]
-    assert il[1] < il[0]
+    reports = [json.loads((p / "_report.json").read_text()) for p in (plain, refined)]
+    assert reports[1]["information_loss"] < reports[0]["information_loss"]
+    assert reports[1][refinement[0].lstrip("-")] == refinement[1]
     assert_k_anonymous(pd.read_parquet(refined), QI, 5)
 
 

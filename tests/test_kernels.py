@@ -368,3 +368,14 @@ def test_group_bookkeeping(raw, seed):
         np.testing.assert_allclose(centroids[group], member.mean(axis=0))
         np.testing.assert_allclose(radius[group], np.sqrt(((member - member.mean(axis=0)) ** 2).sum(axis=1).mean()))
         assert sizes[group] == len(member)
+
+
+def test_refine_accepts_groups_larger_than_max_size():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    labels = np.repeat(np.arange(4), 15)  # groups of 15 > 2k-1 = 5
+    before = naive.sse(X, labels)
+    kernels.refine(X, labels, 3, 5)
+    sizes = np.bincount(labels)
+    assert sizes.min() >= 3 and sizes.max() <= 15
+    assert naive.sse(X, labels) < before

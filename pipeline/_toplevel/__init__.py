@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from microagg.pipeline import (
     METHODS,
+    REFINERS,
     InputError,
     MicroaggError,
     ReleaseGateError,
@@ -25,6 +26,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
 
 __all__ = [
     "METHODS",
+    "REFINERS",
     "InputError",
     "MicroaggError",
     "ReleaseGateError",

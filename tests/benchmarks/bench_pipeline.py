@@ -83,9 +83,9 @@ def inprocess(args):
     with dask.config.set(scheduler="threads", num_workers=2):
         build_release(dd.from_pandas(df.iloc[:3000], npartitions=1),  # warm-up: compile / load caches
                       ReleaseOptions(k=args.k, block_size=1000, quasi_identifiers=tuple(QI)))
-        for refine in ("none", "local"):
+        for refine, stitch in (("none", "light"), ("local", "deep")):
             options = ReleaseOptions(k=args.k, quasi_identifiers=tuple(QI), identifiers=("person_id",),
-                                     refine=refine, block_size=args.block_size)
+                                     refine=refine, stitch=stitch, block_size=args.block_size)
             best = None
             for _ in range(args.repeat):
                 timings = Timings()
@@ -95,7 +95,7 @@ def inprocess(args):
                 seconds = time.perf_counter() - t
                 best = min(best or seconds, seconds)
             il = report["information_loss"]
-            print(f"blocked --refine {refine}: IL {il:.4f} % ({100 * (il / global_il - 1):+.1f}% vs global), "
+            print(f"blocked --refine {refine} --stitch {stitch}: IL {il:.4f} % ({100 * (il / global_il - 1):+.1f}% vs global), "
                   f"{best:.2f} s (best of {args.repeat}; 2 threads) = {global_s / best:.1f}x faster; "
                   f"{report['blocks']} blocks, {report['tasks']} tasks; stages {timings.seconds}")
 

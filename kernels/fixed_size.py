@@ -1,0 +1,370 @@
+"""Fixed-size microaggregation heuristics: MD, CBFS, TFRP (phase 1) and GSMS.
+
+Each builds groups of exactly k records, one or two at a time, around a selected first record; they
+differ in how that record is chosen (``shared/papers/iterative-group-decomposition-refinement.txt``
+section 3.1) and in their end game. The group then grows by one of two rules: **NN** (the record and
+its k-1 nearest remaining records) or **NC** (starting from the record, repeatedly add the remaining
+record nearest to the group's running centroid until it has k records), where the literature defines
+both (CBFS, TFRP; MDAV is in :mod:`.mdav`).
+
+* **MD** (Maximum Distance; Mateo-Sanz and Domingo-Ferrer): while at least 2k records remain, take
+  the two remaining records r, s farthest from each other and group each with its k-1 nearest
+  remaining records (r first). Then k..2k-1 remaining records form the last group; fewer than k are
+  each added to the group with the nearest centroid. NN growth only.
+* **CBFS** (Centroid-Based Fixed-Size; Laszlo and Mukherjee): while at least k records remain, grow a
+  group from the remaining record farthest from the centroid of the remaining records; the fewer
+  than k left over join the group with the nearest centroid. The original CBFS is ``nc=True``.
+* **TFRP** phase 1 (Two Fixed Reference Points; Chang, Li and Huang): the reference points are the
+  per-attribute maxima and the per-attribute minima of the data (fixed). While at least k records
+  remain, grow a group from the remaining record farthest from the current reference point, then
+  switch to the other point (the maximum corner first). The fewer than k left over join the group
+  with the nearest centroid. Phase 2 is the ``tfrp2`` refinement of :mod:`.decomposition`.
+* **GSMS** (successive group selection; Panagiotakis and Tziritas), as the refinement paper defines
+  it: every remaining record x has a candidate group p(x) = x and its k-1 nearest remaining
+  records; while at least 2k records remain, the candidate with the smallest
+  ``SSE(p) + SSE(T \\ p)`` is taken (T = the remaining records); the k..2k-1 left form the last
+  group. NN growth only (the paper explains why it does not define GSMS-NC).
+
+With these readings the published information loss of Khomnotai et al. (2018), Tables 3-4 (census
+and EIA, unrefined rows), is reproduced to the third decimal for CBFS-NN/NC, TFRP-NN/NC and GSMS-NN
+(all 24 figures but CBFS-NN, census, k=10: 14.007 against 14.001), and MD reproduces the MD column
+of ``shared/papers/dbm-density-based-microaggregation.txt`` Table 1 (census 5.721 against 5.720 at
+k=3). The choices the published numbers pin down: TFRP uses the per-attribute corners and starts at
+the maximum corner (a scalar min/max over all attributes instead gives the census TFRP-1 figures of
+``shared/papers/comparative-study-microaggregation.txt`` Table 6, 5.931 ... 14.442, but misses
+Tables 3-4 by up to 1.7%); CBFS and TFRP attach the fewer than k left-over records to their nearest
+groups.
+
+GSMS selection rule, computed stably: splitting T into p (k records) and T \\ p,
+``SSE(T) = SSE(p) + SSE(T \\ p) + k |T| / (|T| - k) * ||mean(p) - mean(T)||^2``, and SSE(T), k and
+|T| are the same for every candidate, so the smallest ``SSE(p) + SSE(T \\ p)`` is the candidate
+whose centroid is farthest from the centroid of T; that distance is what the kernel compares.
+Candidates are cached (an ``(n, k)`` table and their sums, O(n (k + d)) memory) and only those that
+lost a member are recomputed, which is exact: a record's k-1 nearest among fewer records are
+unchanged unless one of them left.
+
+Costs: MDAV-style O(n^2 d / k) scans for CBFS and TFRP (NC growth: O(n^2 d)); GSMS O(n^2 d / k)
+for the selection plus the candidate refreshes; MD finds its farthest pair by scanning records in
+decreasing distance from the centroid c and stops when ``||x_i - c|| + ||x_next - c||`` (a bound on
+every pair not yet examined, by the triangle inequality) falls below the best pair: exact, with
+O(n^2 d) per pair in the worst case but far less on real data. Memory is O(n d) throughout; no
+distance matrix is formed.
+
+Tie-breaking (deterministic): among records at equal distance, the lowest row index is the
+farthest, respectively the nearest (candidates are scanned in row order and only strictly better
+ones displace the incumbent); MD takes, among pairs at equal distance, the one with the lowest
+(lower row, higher row) and grows the lower row's group first; GSMS takes, among candidates equally
+good as computed, the one whose seed has the lowest row index (when 2k records are left, a candidate
+and its complement tie mathematically and rounding decides which is numbered first); a left-over
+record joins, among groups at equal distance, the lowest-numbered one. Groups are numbered in the
+order they are formed.
+
+References
+----------
+Khomnotai, L., Lin, J.-L., Peng, Z.-Q. and Santra, A. S. (2018). Iterative group decomposition for
+refining microaggregation solutions. Symmetry 10(7), 262; section 3.1, section 5.2 and Table 1
+(``shared/papers/iterative-group-decomposition-refinement.txt``).
+Mateo-Sanz, J. M. and Domingo-Ferrer, J. (1999/2002): MD; see
+``shared/papers/comparative-study-microaggregation.txt`` Table 3.
+Laszlo, M. and Mukherjee, S. (2005). Minimum spanning tree partitioning algorithm for
+microaggregation. IEEE TKDE 17(7), 902-911 (CBFS).
+Chang, C.-C., Li, Y.-C. and Huang, W.-H. (2007). TFRP: an efficient microaggregation algorithm for
+statistical disclosure control. J. Syst. Softw. 80(11), 1866-1878 (see
+``shared/papers/comparative-study-microaggregation.txt`` section 3.5).
+Panagiotakis, C. and Tziritas, G. (2013). Successive group selection for microaggregation. IEEE
+TKDE 25(5), 1191-1195 (GSMS).
+"""
+
+import numpy as np
+
+from ._jit import jit
+from .mdav import _compact, _distances_to, _farthest, _grow, _take_group
+from .select import keep_smallest
+
+
+@jit
+def _column_major(Z):
+    """``Z`` stored column by column (``(d, n)``) and its column sums."""
+    n, d = Z.shape
+    Y = np.empty((d, n))
+    total = np.zeros(d)
+    for i in range(n):
+        for j in range(d):
+            Y[j, i] = Z[i, j]
+            total[j] += Z[i, j]
+    return Y, total
+
+
+@jit
+def _attach_leftovers(Z, labels, n_groups):
+    """Each unlabelled row (``-1``) joins the group with the nearest centroid (centroids of the
+    labelled rows, computed once; the lowest group number on ties)."""
+    n, d = Z.shape
+    cent = np.zeros((n_groups, d))
+    counts = np.zeros(n_groups)
+    for i in range(n):
+        g = labels[i]
+        if g >= 0:
+            counts[g] += 1.0
+            for j in range(d):
+                cent[g, j] += Z[i, j]
+    for g in range(n_groups):
+        for j in range(d):
+            cent[g, j] /= counts[g]
+    for i in range(n):
+        if labels[i] < 0:
+            best = -1
+            best_d = np.inf
+            for g in range(n_groups):
+                s = 0.0
+                for j in range(d):
+                    t = Z[i, j] - cent[g, j]
+                    s += t * t
+                if s < best_d:
+                    best_d = s
+                    best = g
+            labels[i] = best
+
+
+@jit
+def _label_rest(alive, ids, m, labels, group):
+    for i in range(m):
+        if alive[i]:
+            labels[ids[i]] = group
+
+
+@jit
+def _seeded(Z, k, nc, tfrp):
+    """CBFS (``tfrp=False``) or TFRP phase 1 (``tfrp=True``): one group per step, grown from the
+    record farthest from the remaining records' centroid, respectively from the current reference
+    point; the fewer than k left over join their nearest groups."""
+    n, d = Z.shape
+    labels = np.full(n, -1, dtype=np.int64)
+    if n < 2 * k:
+        labels[:] = 0
+        return labels
+    Y, total = _column_major(Z)
+    ref = np.empty((2, d))  # TFRP: per-attribute maxima, then minima
+    for j in range(d):
+        hi = -np.inf
+        lo = np.inf
+        row = Y[j]
+        for i in range(n):
+            hi = max(hi, row[i])
+            lo = min(lo, row[i])
+        ref[0, j] = hi
+        ref[1, j] = lo
+    ids = np.arange(n)
+    alive = np.ones(n, dtype=np.bool_)
+    dist = np.empty(n)
+    work = np.empty(n if nc else 0)
+    running = np.empty(d)
+    members = np.empty(k, dtype=np.int64)
+    c = np.empty(d)
+    m = n
+    n_alive = n
+    group = 0
+    while n_alive >= k:
+        if tfrp:
+            c[:] = ref[group % 2]
+        else:
+            for j in range(d):
+                c[j] = total[j] / n_alive
+        _distances_to(Y, m, c, dist)
+        r = _farthest(dist, alive, m)
+        _distances_to(Y, m, Y[:, r].copy(), dist)
+        _grow(Y, alive, m, r, dist, members, nc, work, running)
+        _take_group(members, alive, ids, Z, labels, total, group)
+        n_alive -= k
+        group += 1
+        if 8 * (m - n_alive) > m:
+            m = _compact(Y, ids, alive, m)
+    if n_alive > 0:
+        _attach_leftovers(Z, labels, group)
+    return labels
+
+
+@jit
+def cbfs(Z, k, nc):
+    """CBFS labels (``nc``: NC growth, the original CBFS; otherwise NN). Groups of k..2k-1."""
+    return _seeded(Z, k, nc, False)
+
+
+@jit
+def tfrp(Z, k, nc):
+    """TFRP phase-1 labels (``nc``: NC growth; otherwise NN, the original TFRP-1). Groups of k..2k-1."""
+    return _seeded(Z, k, nc, True)
+
+
+@jit
+def _farthest_pair(Y, alive, m, total, n_alive, dist, rad, order):
+    """Storage positions ``(r, s)``, ``r < s``, of the two alive records farthest from each other.
+
+    Records are examined in decreasing distance from the centroid c; pairs of records not yet
+    examined are at most ``||x_t - c|| + ||x_t+1 - c||`` apart, so the scan stops once that bound
+    (with a relative slack for rounding) is below the best squared distance found.
+    """
+    d = Y.shape[0]
+    c = np.empty(d)
+    for j in range(d):
+        c[j] = total[j] / n_alive
+    _distances_to(Y, m, c, rad)
+    cnt = 0
+    for i in range(m):
+        if alive[i]:
+            order[cnt] = i
+            cnt += 1
+    keys = np.empty(cnt)
+    for t in range(cnt):
+        keys[t] = -rad[order[t]]
+    cand = order[:cnt][np.argsort(keys, kind="mergesort")]
+    best = -1.0
+    bi = -1
+    bj = -1
+    for t in range(cnt - 1):
+        i = cand[t]
+        reach = np.sqrt(rad[i]) + np.sqrt(rad[cand[t + 1]])
+        if reach * reach * (1.0 + 1e-9) < best:
+            break
+        _distances_to(Y, m, Y[:, i].copy(), dist)
+        for u in range(t + 1, cnt):
+            j = cand[u]
+            dd = dist[j]
+            a = min(i, j)
+            b = max(i, j)
+            if dd > best or (dd == best and (a < bi or (a == bi and b < bj))):
+                best = dd
+                bi = a
+                bj = b
+    return bi, bj
+
+
+@jit
+def md(Z, k):
+    """MD (Maximum Distance) labels, NN growth. Groups of k..2k-1, numbered in order of formation."""
+    n, d = Z.shape
+    labels = np.full(n, -1, dtype=np.int64)
+    if n < 2 * k:
+        labels[:] = 0
+        return labels
+    Y, total = _column_major(Z)
+    ids = np.arange(n)
+    alive = np.ones(n, dtype=np.bool_)
+    dist = np.empty(n)
+    rad = np.empty(n)
+    order = np.empty(n, dtype=np.int64)
+    work = np.empty(0)
+    running = np.empty(d)
+    members = np.empty(k, dtype=np.int64)
+    m = n
+    n_alive = n
+    group = 0
+    while n_alive >= 2 * k:
+        r, s = _farthest_pair(Y, alive, m, total, n_alive, dist, rad, order)
+        _distances_to(Y, m, Y[:, r].copy(), dist)
+        _grow(Y, alive, m, r, dist, members, False, work, running)
+        _take_group(members, alive, ids, Z, labels, total, group)
+        n_alive -= k
+        group += 1
+        if not alive[s]:  # only with ties: s joined r's group; take the record farthest from r
+            s = _farthest(dist, alive, m)
+        _distances_to(Y, m, Y[:, s].copy(), dist)
+        _grow(Y, alive, m, s, dist, members, False, work, running)
+        _take_group(members, alive, ids, Z, labels, total, group)
+        n_alive -= k
+        group += 1
+        if 8 * (m - n_alive) > m:
+            m = _compact(Y, ids, alive, m)
+    if n_alive >= k:
+        _label_rest(alive, ids, m, labels, group)
+    elif n_alive > 0:
+        _attach_leftovers(Z, labels, group)
+    return labels
+
+
+@jit
+def _candidate(Y, ids, alive, m, Z, pos, x, k, dist, best_d, best_i, cand, csum):
+    """``cand[x]`` = row x and its k-1 nearest alive rows (lowest rows on ties); ``csum[x]`` their sum."""
+    d = Y.shape[0]
+    p = pos[x]
+    _distances_to(Y, m, Y[:, p].copy(), dist)
+    filled = 0
+    for i in range(m):
+        if alive[i] and i != p:
+            filled = keep_smallest(best_d, best_i, filled, dist[i], i)
+    cand[x, 0] = x
+    for t in range(k - 1):
+        cand[x, t + 1] = ids[best_i[t]]
+    for j in range(d):
+        csum[x, j] = 0.0
+    for t in range(k):
+        row = cand[x, t]
+        for j in range(d):
+            csum[x, j] += Z[row, j]
+
+
+@jit
+def gsms(Z, k):
+    """GSMS labels (NN candidates). Groups of k..2k-1, numbered in order of selection."""
+    n, d = Z.shape
+    labels = np.full(n, -1, dtype=np.int64)
+    if n < 2 * k:
+        labels[:] = 0
+        return labels
+    Y, total = _column_major(Z)
+    ids = np.arange(n)        # storage position -> row
+    pos = np.arange(n)        # row -> storage position
+    alive = np.ones(n, dtype=np.bool_)      # by storage position
+    row_alive = np.ones(n, dtype=np.bool_)  # by row
+    dist = np.empty(n)
+    best_d = np.empty(k - 1)
+    best_i = np.empty(k - 1, dtype=np.int64)
+    cand = np.empty((n, k), dtype=np.int64)
+    csum = np.empty((n, d))
+    stale = np.ones(n, dtype=np.bool_)
+    c = np.empty(d)
+    m = n
+    n_alive = n
+    group = 0
+    while n_alive >= 2 * k:
+        for x in range(n):
+            if row_alive[x] and stale[x]:
+                _candidate(Y, ids, alive, m, Z, pos, x, k, dist, best_d, best_i, cand, csum)
+                stale[x] = False
+        for j in range(d):
+            c[j] = total[j] / n_alive
+        # smallest SSE(p) + SSE(T \ p)  <=>  centroid of p farthest from the centroid of T
+        best = -1.0
+        chosen = -1
+        for x in range(n):
+            if row_alive[x]:
+                s = 0.0
+                for j in range(d):
+                    t = csum[x, j] / k - c[j]
+                    s += t * t
+                if s > best:
+                    best = s
+                    chosen = x
+        for t in range(k):
+            row = cand[chosen, t]
+            alive[pos[row]] = False
+            row_alive[row] = False
+            labels[row] = group
+            for j in range(d):
+                total[j] -= Z[row, j]
+        n_alive -= k
+        group += 1
+        for x in range(n):
+            if row_alive[x] and not stale[x]:
+                for t in range(1, k):
+                    if not row_alive[cand[x, t]]:
+                        stale[x] = True
+                        break
+        if 8 * (m - n_alive) > m:
+            m = _compact(Y, ids, alive, m)
+            for i in range(m):
+                pos[ids[i]] = i
+    for x in range(n):
+        if row_alive[x]:
+            labels[x] = group
+    return labels

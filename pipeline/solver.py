@@ -1,0 +1,64 @@
+"""What solves one block: a method with its options, then a refinement with its options.
+
+Both drivers (the in-memory API and the Dask pipeline) build one :class:`Solver` from the user's
+choices and call ``solver.partition(Z, k, tag)`` on every block; ``tag`` (the block's leaf id in
+the split tree, 0 for a single block) derives the block's seed from the job's seed, so seeded
+methods and refinements repeat bit for bit however the work is split.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import kernels
+from .errors import InputError
+from .methods import get_method, get_refiner, run_method, run_refiner
+
+
+@dataclass(frozen=True)
+class Solver:
+    """``method`` / ``refine``: catalogue names; ``*_options``: sorted ``(name, value)`` pairs."""
+
+    method: str = "mdav"
+    method_options: tuple = ()
+    refine: str = "none"
+    refine_options: tuple = ()
+    seed: int = 0
+
+    @classmethod
+    def build(cls, method="mdav", method_options=None, refine="none", refine_options=None, seed=0):
+        """A checked solver: unknown names or options fail here, before any data is read."""
+        solver = cls(method, tuple(sorted((method_options or {}).items())), refine,
+                     tuple(sorted((refine_options or {}).items())), int(seed))
+        solver.check()
+        return solver
+
+    def check(self):
+        m = get_method(self.method)
+        r = get_refiner(self.refine)
+        for owner, options, accepted in ((f"method {m.name!r}", self.method_options, m.options),
+                                         (f"refinement {r.name!r}", self.refine_options, r.options)):
+            unknown = sorted(set(dict(options)) - set(accepted))
+            if unknown:
+                raise InputError(f"{owner} does not take option(s) {unknown}; it accepts: "
+                                 f"{', '.join(accepted) or 'none'}")
+
+    def block_seed(self, tag):
+        """A 31-bit seed for the block ``tag``, derived from the job's seed."""
+        mixed = kernels.splitmix64(np.uint64(self.seed) ^ kernels.splitmix64(np.uint64(tag)))
+        return int(mixed >> np.uint64(33))
+
+    def _with_seed(self, options, accepted, tag):
+        options = dict(options)
+        if "seed" in accepted and "seed" not in options:
+            options["seed"] = self.block_seed(tag)
+        return options
+
+    def partition(self, Z, k, tag=0):
+        """Labels ``0..g-1`` of the standardized block ``Z``: the method, then the refinement."""
+        m = get_method(self.method)
+        labels = run_method(m, Z, k, self._with_seed(self.method_options, m.options, tag))
+        if self.refine != "none":
+            r = get_refiner(self.refine)
+            labels = run_refiner(r, Z, labels, k, self._with_seed(self.refine_options, r.options, tag))
+        return labels
