@@ -31,6 +31,9 @@ test: $(DEVSTAMP)
 
 bench: $(DEVSTAMP)
 	$(BIN)/python tests/benchmarks/bench_mdav.py
+	$(BIN)/python tests/benchmarks/bench_stats.py
+	$(BIN)/python tests/benchmarks/bench_methods.py target
+	$(BIN)/python tests/benchmarks/bench_methods.py table
 	$(BIN)/python tests/benchmarks/bench_pipeline.py inprocess --rows 100000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 1000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000
