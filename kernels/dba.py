@@ -58,6 +58,7 @@ Khomnotai, Lin, Peng and Santra (2018), section 3
 import numpy as np
 
 from ._jit import jit
+from .groups import attach_leftovers
 from .mdav import mdav
 from .select import keep_smallest
 
@@ -115,34 +116,6 @@ def _neighbourhood(Y, x, alive, dist, best_d, neighbours):
 
 
 @jit
-def _assign_leftovers(Z, labels, n_groups):
-    """Each unlabelled row joins the group with the nearest centroid (the first group on ties)."""
-    n, d = Z.shape
-    sums = np.zeros((n_groups, d))
-    counts = np.zeros(n_groups, dtype=np.int64)
-    for i in range(n):
-        g = labels[i]
-        if g >= 0:
-            counts[g] += 1
-            for j in range(d):
-                sums[g, j] += Z[i, j]
-    for i in range(n):
-        if labels[i] >= 0:
-            continue
-        best = 0
-        best_d = np.inf
-        for g in range(n_groups):
-            s = 0.0
-            for j in range(d):
-                t = Z[i, j] - sums[g, j] / counts[g]
-                s += t * t
-            if s < best_d:
-                best_d = s
-                best = g
-        labels[i] = best
-
-
-@jit
 def dba1(Z, k):
     """DBA-1 labels for ``Z`` (``(n, d)`` float64, C-contiguous, ``n >= k >= 2``), in formation order."""
     n, d = Z.shape
@@ -184,7 +157,7 @@ def dba1(Z, k):
                         spread[i] = _neighbourhood(Y, i, alive, dist, best_d, neighbours[i])
                         break
     if left > 0:
-        _assign_leftovers(Z, labels, group)
+        attach_leftovers(Z, labels, group)
     return labels
 
 

@@ -78,6 +78,7 @@ TKDE 25(5), 1191-1195 (GSMS).
 import numpy as np
 
 from ._jit import jit
+from .groups import attach_leftovers
 from .mdav import _compact, _distances_to, _farthest, _grow, _take_group
 from .select import keep_smallest
 
@@ -93,37 +94,6 @@ def _column_major(Z):
             Y[j, i] = Z[i, j]
             total[j] += Z[i, j]
     return Y, total
-
-
-@jit
-def _attach_leftovers(Z, labels, n_groups):
-    """Each unlabelled row (``-1``) joins the group with the nearest centroid (centroids of the
-    labelled rows, computed once; the lowest group number on ties)."""
-    n, d = Z.shape
-    cent = np.zeros((n_groups, d))
-    counts = np.zeros(n_groups)
-    for i in range(n):
-        g = labels[i]
-        if g >= 0:
-            counts[g] += 1.0
-            for j in range(d):
-                cent[g, j] += Z[i, j]
-    for g in range(n_groups):
-        for j in range(d):
-            cent[g, j] /= counts[g]
-    for i in range(n):
-        if labels[i] < 0:
-            best = -1
-            best_d = np.inf
-            for g in range(n_groups):
-                s = 0.0
-                for j in range(d):
-                    t = Z[i, j] - cent[g, j]
-                    s += t * t
-                if s < best_d:
-                    best_d = s
-                    best = g
-            labels[i] = best
 
 
 @jit
@@ -180,7 +150,7 @@ def _seeded(Z, k, nc, tfrp):
         if 8 * (m - n_alive) > m:
             m = _compact(Y, ids, alive, m)
     if n_alive > 0:
-        _attach_leftovers(Z, labels, group)
+        attach_leftovers(Z, labels, group)
     return labels
 
 
@@ -278,7 +248,7 @@ def md(Z, k):
     if n_alive >= k:
         _label_rest(alive, ids, m, labels, group)
     elif n_alive > 0:
-        _attach_leftovers(Z, labels, group)
+        attach_leftovers(Z, labels, group)
     return labels
 
 

@@ -90,3 +90,34 @@ def gather_groups(start, rows, groups):
             t += 1
     out.sort()
     return out
+
+
+@jit
+def attach_leftovers(Z, labels, n_groups):
+    """Each unlabelled row (``-1``) joins the group with the nearest centroid (centroids of the
+    labelled rows, computed once; the lowest group number on ties)."""
+    n, d = Z.shape
+    cent = np.zeros((n_groups, d))
+    counts = np.zeros(n_groups)
+    for i in range(n):
+        g = labels[i]
+        if g >= 0:
+            counts[g] += 1.0
+            for j in range(d):
+                cent[g, j] += Z[i, j]
+    for g in range(n_groups):
+        for j in range(d):
+            cent[g, j] /= counts[g]
+    for i in range(n):
+        if labels[i] < 0:
+            best = -1
+            best_d = np.inf
+            for g in range(n_groups):
+                s = 0.0
+                for j in range(d):
+                    t = Z[i, j] - cent[g, j]
+                    s += t * t
+                if s < best_d:
+                    best_d = s
+                    best = g
+            labels[i] = best

@@ -65,6 +65,7 @@ microaggregation techniques for microdata protection, section 3.6
 import numpy as np
 
 from ._jit import jit
+from .groups import attach_leftovers
 from .select import keep_smallest
 
 
@@ -99,34 +100,6 @@ def _compact(Y, ids, far, alive, m):
     for i in range(w, m):
         alive[i] = False
     return w
-
-
-@jit
-def _assign_leftovers(Z, labels, n_groups):
-    """Each unlabelled row joins the group with the nearest centroid (the first group on ties)."""
-    n, d = Z.shape
-    sums = np.zeros((n_groups, d))
-    counts = np.zeros(n_groups, dtype=np.int64)
-    for i in range(n):
-        g = labels[i]
-        if g >= 0:
-            counts[g] += 1
-            for j in range(d):
-                sums[g, j] += Z[i, j]
-    for i in range(n):
-        if labels[i] >= 0:
-            continue
-        best = 0
-        best_d = np.inf
-        for g in range(n_groups):
-            s = 0.0
-            for j in range(d):
-                t = Z[i, j] - sums[g, j] / counts[g]
-                s += t * t
-            if s < best_d:
-                best_d = s
-                best = g
-        labels[i] = best
 
 
 @jit
@@ -214,5 +187,5 @@ def vmdav(Z, k, gamma):
         if 8 * (m - left) > m:
             m = _compact(Y, ids, far, alive, m)
     if left > 0:
-        _assign_leftovers(Z, labels, group)
+        attach_leftovers(Z, labels, group)
     return labels
