@@ -58,19 +58,9 @@ Khomnotai, Lin, Peng and Santra (2018), section 3
 import numpy as np
 
 from ._jit import jit
+from .mdav import column_major, mdav
 from .groups import attach_leftovers
-from .mdav import mdav
 from .select import keep_smallest
-
-
-@jit
-def _column_major(Z):
-    n, d = Z.shape
-    Y = np.empty((d, n))
-    for i in range(n):
-        for j in range(d):
-            Y[j, i] = Z[i, j]
-    return Y
 
 
 @jit
@@ -123,7 +113,7 @@ def dba1(Z, k):
     if n < 2 * k:
         labels[:] = 0
         return labels
-    Y = _column_major(Z)
+    Y = column_major(Z)
     alive = np.ones(n, dtype=np.bool_)
     neighbours = np.empty((n, k - 1), dtype=np.int64)
     spread = np.empty(n)  # SSE of the k-neighbourhood: the inverse of the k-density

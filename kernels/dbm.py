@@ -60,39 +60,11 @@ clusters in large spatial databases with noise. KDD-96, 226-231.
 import numpy as np
 
 from ._jit import jit
-from .mdav import mdav
+from .mdav import _distances_to, column_major, mdav
 from .select import keep_smallest
 
 DEFAULT_CORE_QUANTILE = 0.99
 """Share of records that are core under the default Eps (an estimated 1% noise)."""
-
-
-@jit
-def _column_major(Z):
-    n, d = Z.shape
-    Y = np.empty((d, n))
-    for i in range(n):
-        for j in range(d):
-            Y[j, i] = Z[i, j]
-    return Y
-
-
-@jit
-def _squared_distances(Y, p, dist):
-    """``dist[i] = ||Y[:, i] - p||^2`` (column-major ``Y``), accumulated column by column.
-
-    The same operations in the same order for every pair, so ``dist(p, q) == dist(q, p)`` exactly
-    and the Eps-neighbourhood relation is symmetric.
-    """
-    d, n = Y.shape
-    for i in range(n):
-        dist[i] = 0.0
-    for j in range(d):
-        pj = p[j]
-        row = Y[j]
-        for i in range(n):
-            t = row[i] - pj
-            dist[i] += t * t
 
 
 @jit
@@ -103,14 +75,14 @@ def core_radii2(Z, k):
     Eps**2``. ``Z``: ``(n, d)`` float64 C-contiguous with ``n >= k >= 2``.
     """
     n, d = Z.shape
-    Y = _column_major(Z)
+    Y = column_major(Z)
     dist = np.empty(n)
     need = k - 1
     best_d = np.empty(need)
     best_i = np.empty(need, dtype=np.int64)
     radii = np.empty(n)
     for i in range(n):
-        _squared_distances(Y, Z[i], dist)
+        _distances_to(Y, Y.shape[1], Z[i], dist)
         filled = 0
         for j in range(n):
             if j != i:
@@ -143,7 +115,7 @@ def dbscan(Z, eps2, radii2):
     order; a border row joins the first cluster that reaches it.
     """
     n, d = Z.shape
-    Y = _column_major(Z)
+    Y = column_major(Z)
     dist = np.empty(n)
     cluster = np.full(n, -1, dtype=np.int64)
     queue = np.empty(n, dtype=np.int64)
@@ -160,7 +132,7 @@ def dbscan(Z, eps2, radii2):
             head += 1
             if radii2[p] > eps2:       # a border record: reached, but it does not expand
                 continue
-            _squared_distances(Y, Z[p], dist)
+            _distances_to(Y, Y.shape[1], Z[p], dist)
             for j in range(n):
                 if cluster[j] == -1 and dist[j] <= eps2:
                     cluster[j] = n_clusters
@@ -178,7 +150,7 @@ def _vote(Y, Z, row, voters, cluster, k, dist, best_d, best_i):
     equidistant rows).
     """
     n = Y.shape[1]
-    _squared_distances(Y, Z[row], dist)
+    _distances_to(Y, Y.shape[1], Z[row], dist)
     filled = 0
     for j in range(n):
         if voters[j] and j != row:
@@ -213,7 +185,7 @@ def _assign(Y, Z, rows, voters, cluster, k, target):
 def _attach_noise(Z, cluster, n_clusters, k):
     """Steps 2 and the size repair: every row in a cluster of at least ``k`` rows (or all in one)."""
     n = Z.shape[0]
-    Y = _column_major(Z)
+    Y = column_major(Z)
     if n_clusters == 0:
         return np.zeros(n, dtype=np.int64), 1
     voters = cluster >= 0

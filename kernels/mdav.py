@@ -43,6 +43,17 @@ from .select import keep_smallest
 
 
 @jit
+def column_major(Z):
+    """``Z`` (n, d) stored column by column, ``(d, n)``: distance passes then run over contiguous rows."""
+    n, d = Z.shape
+    Y = np.empty((d, n))
+    for i in range(n):
+        for j in range(d):
+            Y[j, i] = Z[i, j]
+    return Y
+
+
+@jit
 def _distances_to(Y, m, p, dist):
     """``dist[i] = ||Y[:, i] - p||^2`` for the first ``m`` stored records (column-major ``Y``)."""
     d = Y.shape[0]

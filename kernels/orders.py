@@ -44,30 +44,7 @@ multivariate data-oriented microaggregation. The VLDB Journal 15(4), 355-369.
 import numpy as np
 
 from ._jit import jit
-
-
-@jit
-def _column_major(Z):
-    n, d = Z.shape
-    Y = np.empty((d, n))
-    for i in range(n):
-        for j in range(d):
-            Y[j, i] = Z[i, j]
-    return Y
-
-
-@jit
-def _squared_distances(Y, p, dist):
-    """``dist[i] = ||Y[:, i] - p||^2`` (column-major ``Y``), accumulated column by column."""
-    d, n = Y.shape
-    for i in range(n):
-        dist[i] = 0.0
-    for j in range(d):
-        pj = p[j]
-        row = Y[j]
-        for i in range(n):
-            t = row[i] - pj
-            dist[i] += t * t
+from .mdav import _distances_to, column_major
 
 
 @jit
@@ -78,7 +55,7 @@ def npn_order(Z):
     step the unvisited row nearest to the last one (lowest row index on ties).
     """
     n, d = Z.shape
-    Y = _column_major(Z)
+    Y = column_major(Z)
     c = np.zeros(d)
     for i in range(n):
         for j in range(d):
@@ -86,7 +63,7 @@ def npn_order(Z):
     for j in range(d):
         c[j] /= n
     dist = np.empty(n)
-    _squared_distances(Y, c, dist)
+    _distances_to(Y, Y.shape[1], c, dist)
     cur = 0
     for i in range(1, n):
         if dist[i] > dist[cur]:
@@ -98,7 +75,7 @@ def npn_order(Z):
         visited[cur] = True
         if t == n - 1:
             break
-        _squared_distances(Y, Z[cur], dist)
+        _distances_to(Y, Y.shape[1], Z[cur], dist)
         best = -1
         best_d = np.inf
         for i in range(n):
