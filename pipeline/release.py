@@ -7,20 +7,20 @@ Stages (each timed in the report):
    covariance for the report), so the standardization is bit-identical however the input is
    partitioned; partition lengths give every row its global row id (its position in the input);
 3. blocks: a deterministic sample (rows chosen by hashing their row id with the seed) shapes a
-   split tree (:mod:`pipeline.blocking`); every row is routed to its leaf (a block) in
-   ``map_partitions``; one shuffle brings each task (a subtree of blocks) whole into one partition;
-   per task, the method's kernel solves every block (rows in row-id order) and the groups are
-   stitched across every split plane inside the task (:mod:`pipeline.stitch`); the groups near the
-   split planes between tasks travel (a small second shuffle) to one partition per plane and are
-   stitched there, in parallel;
-4. gate: per partition, every group has >= k rows and every row carries exactly its group's
-   released tuple (else the tuples are counted exactly), and the row count matches; every group
-   lies inside one partition, so a release that passes is k-anonymous, and one that fails is
-   never written;
-5. write: the released QI values travel back by row id (the second shuffle of QI columns) and are
-   joined to the input rows; identifiers dropped or pseudonymised, other columns unchanged, rows in
-   input order, files cut at fixed row-id ranges (so the files do not depend on the input
-   partitioning or the number of workers); written to a temporary directory and renamed into place.
+   split tree (:mod:`pipeline.blocking`); every input partition routes its rows to their leaves
+   (blocks) and is cut into one piece per task (a subtree of blocks); per task, the method's kernel
+   solves every block (rows in row-id order) and the groups are stitched across every split plane
+   inside the task (:mod:`pipeline.stitch`); the groups near the split planes between tasks travel
+   to one task per plane and are stitched there, in parallel. Rows travel as NumPy arrays
+   (:class:`Rows`) in an explicit task graph: no DataFrame shuffle, nothing sorted but row ids;
+4. gate: every released piece (:class:`Released`: one tuple per group and each row's group) carries
+   its evidence: rows, group sizes and how often each released tuple occurs; every group lies inside
+   one piece, so a release whose pieces all pass is k-anonymous, and one that fails is never
+   written; the row count must match;
+5. write: the released values are scattered back by row id into one piece per output file (fixed
+   row-id ranges, so the files do not depend on the input partitioning or the number of workers)
+   and joined to the input rows; identifiers dropped or pseudonymised, other columns unchanged,
+   rows in input order; written to a temporary directory and renamed into place.
 
 Library code owns no cluster: it runs on the active Dask client or scheduler.
 """
@@ -31,10 +31,13 @@ import logging
 import os
 import time
 from contextlib import contextmanager
+import uuid
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 import dask
 import dask.dataframe as dd
+from dask import delayed
 import numpy as np
 import pandas as pd
 
@@ -55,12 +58,6 @@ from .validation import (
 log = logging.getLogger(__name__)
 
 ROW_ID = "_microagg_row_id"
-GROUP_ID = "_microagg_group_id"
-LOSS = "_microagg_loss"
-LEAF = "_microagg_block"
-TASK = "_microagg_task"
-PLANE = "_microagg_plane"
-GAIN = "_microagg_stitch_gain"
 
 
 @dataclass(frozen=True)
@@ -208,68 +205,108 @@ def _standardized(part, qi, mean, std):
     return X, kernels.standardize(X, mean, std)
 
 
-def _route(part, qi, mean, std, tree):
-    _, Z = _standardized(part, qi, mean, std)
-    leaf = tree.route(Z)
-    return part[[ROW_ID, *qi]].assign(**{LEAF: leaf, TASK: tree.leaf_task[leaf]})
+@dataclass(frozen=True)
+class _Job:
+    """What every block task needs: one object, shipped once per worker."""
+
+    qi: tuple
+    mean: np.ndarray
+    std: np.ndarray
+    tree: blocking.SplitTree
+    options: ReleaseOptions
 
 
-def _solved_frame(row_id, group, plane, leaf, released, loss, gain, qi):
-    out = {ROW_ID: row_id, GROUP_ID: group, PLANE: plane, LEAF: leaf}
-    out.update({name: released[:, j] for j, name in enumerate(qi)})
-    out[LOSS] = loss
-    gains = np.zeros(len(row_id))
-    if len(gains):
-        gains[0] = gain  # the partition's stitching gain, carried once
-    out[GAIN] = gains
-    return pd.DataFrame(out)
+class Rows(NamedTuple):
+    """Rows in transit to their task, as arrays (no DataFrame shuffles): global row ids, leaves,
+    raw QI values and, on their way to an upper plane, their task's release-wide group ids."""
+
+    row_id: np.ndarray
+    leaf: np.ndarray
+    values: np.ndarray
+    group: np.ndarray | None = None
 
 
-def _empty_solved(qi):
-    return _solved_frame(*([np.array([], np.int64)] * 4), np.empty((0, len(qi))), np.array([]), 0.0, qi)
+class Released(NamedTuple):
+    """Released rows: row ``i`` (global row id ``row_id[i]``, increasing) carries the tuple
+    ``table[group[i]]`` of its group. Storing one tuple per group keeps the persisted release about
+    ten times smaller than one tuple per row. ``summary``: the gate's evidence (:func:`summarize`)."""
+
+    row_id: np.ndarray
+    group: np.ndarray
+    table: np.ndarray
+    summary: dict
 
 
-def _release_values(X, labels, std, aggregate):
-    """Released centroids and each row's standardized squared loss."""
-    released = centroids(X, labels, int(labels.max()) + 1, aggregate)[labels]
-    scale = np.where(std > 0, std, np.inf)
-    return released, (((X - released) / scale) ** 2).sum(axis=1)
+def _concat(pieces, width):
+    """One :class:`Rows` from pieces, in row-id order."""
+    pieces = [p for p in pieces if len(p.row_id)]
+    if not pieces:
+        return Rows(np.empty(0, np.int64), np.empty(0, np.int64), np.empty((0, width)))
+    row_id = np.concatenate([p.row_id for p in pieces])
+    order = None if (np.diff(row_id) > 0).all() else np.argsort(row_id, kind="stable")
+    fields = [row_id, np.concatenate([p.leaf for p in pieces]), np.concatenate([p.values for p in pieces])]
+    if pieces[0].group is not None:
+        fields.append(np.concatenate([p.group for p in pieces]))
+    if order is not None:
+        fields = [f[order] for f in fields]
+    return Rows(*fields)
 
 
-def _keyed_rows(part, qi, mean, std):
-    """A shuffled partition's key (its index value), its rows in row-id order, their X and Z."""
-    key = int(part.index[0])
-    part = part.sort_values(ROW_ID, kind="stable")
-    X, Z = _standardized(part, qi, mean, std)
-    return key, part, X, Z
+def _split(rows, key, n_keys):
+    """``rows`` cut into ``n_keys`` pieces by ``key`` (0..n_keys-1), each keeping the rows' order."""
+    order = np.argsort(key, kind="stable")
+    bounds = np.searchsorted(key[order], np.arange(n_keys + 1))
+    return [Rows(*(None if f is None else f[order[a:b]] for f in rows)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _solve_task(part, qi, mean, std, tree, options):
-    """One task (a subtree of leaves): solve, stitch its planes, release the groups that stay."""
-    if not len(part):
-        return _empty_solved(qi)
-    task, part, X, Z = _keyed_rows(part, qi, mean, std)
-    labels, plane, gain = stitch.solve_task(Z, part[LEAF].to_numpy(), tree, task, options.k, solver_of(options),
+def _route(part, job):
+    """An input partition's rows, routed to their leaves and cut into one piece per task."""
+    X, Z = _standardized(part, list(job.qi), job.mean, job.std)
+    leaf = job.tree.route(Z)
+    rows = Rows(part[ROW_ID].to_numpy(dtype=np.int64), leaf, X)
+    return _split(rows, job.tree.leaf_task[leaf], job.tree.n_tasks)
+
+
+def _release(rows, labels, job, gain):
+    """:class:`Released` for ``rows`` grouped by ``labels`` (``0..g-1``) with the job's aggregate."""
+    if not len(labels):
+        return Released(rows.row_id, labels, np.empty((0, len(job.qi))), summarize(rows, labels, None, job, gain))
+    table = centroids(rows.values, labels, int(labels.max()) + 1, job.options.aggregate)
+    return Released(rows.row_id, labels, table, summarize(rows, labels, table, job, gain))
+
+
+def _solve_task(job, task, *pieces):
+    """One task (a subtree of leaves): solve, stitch its planes, release the groups that stay.
+
+    Returns ``[released, piece for its first upper ancestor plane, ...]``: the rows whose groups
+    lie near an upper split plane go, unreleased, to that plane's stitching task.
+    """
+    rows = _concat(pieces, len(job.qi))
+    ancestors = job.tree.task_ancestors[task]
+    if not len(rows.row_id):
+        return [_release(rows, rows.leaf, job, 0.0)] + [rows] * len(ancestors)
+    options = job.options
+    Z = kernels.standardize(rows.values, job.mean, job.std)
+    labels, plane, gain = stitch.solve_task(Z, rows.leaf, job.tree, task, options.k, solver_of(options),
                                             stitch.STITCHING[options.stitch])
-    released, loss = _release_values(X, labels, std, options.aggregate)
-    boundary = plane >= 0
-    released[boundary] = X[boundary]  # released by the upper stitching stage
-    loss[boundary] = 0.0
-    group = stitch.task_group(task, labels)
-    return _solved_frame(part[ROW_ID].to_numpy(), group, plane, part[LEAF].to_numpy(), released, loss, gain, qi)
+    slot = np.zeros(max(len(job.tree.upper), 1), dtype=np.int64)
+    slot[np.asarray(ancestors, dtype=np.int64)] = np.arange(1, len(ancestors) + 1)
+    key = np.where(plane < 0, 0, slot[np.maximum(plane, 0)])  # 0: released here; 1 + i: i-th ancestor plane
+    out = _split(rows._replace(group=stitch.task_group(task, labels)), key, len(ancestors) + 1)
+    core = out[0]
+    out[0] = _release(core._replace(group=None), stitch.compact(labels[plane < 0]), job, gain)
+    return out
 
 
-def _stitch_upper(part, qi, mean, std, tree, options):
+def _stitch_upper(job, position, *pieces):
     """The groups of every task near one upper split plane, re-solved together and released."""
-    if not len(part):
-        return _empty_solved(qi)
-    position, part, X, Z = _keyed_rows(part, qi, mean, std)
-    labels, gain = stitch.stitch_upper(Z, part[GROUP_ID].to_numpy(), options.k, solver_of(options),
-                                       stitch.STITCHING[options.stitch])
-    released, loss = _release_values(X, labels, std, options.aggregate)
-    group = stitch.upper_group(tree, position, labels)
-    plane = np.full(len(part), -1, dtype=np.int64)
-    return _solved_frame(part[ROW_ID].to_numpy(), group, plane, part[LEAF].to_numpy(), released, loss, gain, qi)
+    rows = _concat(pieces, len(job.qi))
+    if not len(rows.row_id):
+        return _release(rows, rows.leaf, job, 0.0)
+    options = job.options
+    Z = kernels.standardize(rows.values, job.mean, job.std)
+    labels, gain = stitch.stitch_upper(Z, rows.group, options.k, solver_of(options), stitch.STITCHING[options.stitch])
+    return _release(rows, labels, job, gain)
 
 
 def _client():
@@ -281,37 +318,23 @@ def _client():
         return None
 
 
-def persisted(frame):
-    """Persist ``frame`` and wait for it, so stage timings measure the work, not its submission."""
-    frame = frame.persist()
+def persisted(*objs):
+    """Persist Dask collections and wait for them, so stage timings measure the work."""
+    objs = dask.persist(*objs)
     if _client() is not None:
-        from distributed import wait
+        from distributed import futures_of, wait
 
-        wait(frame)
-    return frame
-
-
-def shuffle_method():
-    """Dask's task-based shuffle, on every scheduler.
-
-    Measured on 2 workers (BENCHMARKS.md): against peer-to-peer shuffling, the release of 1M rows
-    took 8.7 s instead of 10.6 s (its write stage 1.1 s instead of 3.1 s: the final shuffle into few
-    output files) and 10M rows 88 s against 87 s, with the same peak memory.
-    """
-    return "tasks"
-
-
-def _by_key(frame, column, n_keys):
-    """One partition per key value ``0..n_keys-1`` (a shuffle with known divisions)."""
-    divisions = [0, 0] if n_keys == 1 else list(range(n_keys)) + [n_keys - 1]
-    return frame.set_index(column, divisions=divisions, shuffle_method=shuffle_method())
+        wait(futures_of(objs))
+    return objs
 
 
 def solve_blocks(frame, qi, n_rows, mean, std, options):
-    """Sample -> split tree -> route -> one partition per task -> kernels -> stitched release.
+    """Sample -> split tree -> route -> one task per subtree -> kernels -> stitched release.
 
-    Returns ``(released, tree)``: a lazy frame of ``ROW_ID, GROUP_ID, PLANE, LEAF, *qi, LOSS,
-    GAIN`` in which every group lies wholly inside one partition, and the split tree.
+    The rows travel between stages as arrays (:class:`Rows`) in explicit task graphs: every input
+    partition is cut into one piece per task, every task into its released rows plus one piece per
+    upper plane above it. Returns ``(released, tree)``: a list of delayed :class:`Rows` (every group
+    lies wholly inside one of them) and the split tree.
     """
     start = time.perf_counter()
     fraction, sample = draw_sample(frame, qi, n_rows, options)
@@ -320,100 +343,96 @@ def solve_blocks(frame, qi, n_rows, mean, std, options):
     tree = blocking.build_tree(Zs, fraction, options.block_size, task_rows, options.k, options.order)
     log.info("split tree: %d blocks in %d tasks, %d upper planes (sample of %d rows) in %.2f s",
              tree.n_leaves, tree.n_tasks, len(tree.upper), len(sample), time.perf_counter() - start)
-    meta_routed = frame._meta[[ROW_ID, *qi]].assign(**{LEAF: np.array([], np.int64), TASK: np.array([], np.int64)})
-    routed = frame[[ROW_ID, *qi]].map_partitions(_route, qi, mean, std, tree, meta=meta_routed)
-    tasks = _by_key(routed, TASK, tree.n_tasks)
-    meta = _empty_solved(qi)
-    solved = tasks.map_partitions(_solve_task, qi, mean, std, tree, options, meta=meta)
-    if not len(tree.upper):
-        return solved, tree
-    solved = persisted(solved)
-    log.info("tasks solved and stitched in %.2f s", time.perf_counter() - start)
-    core = solved[solved[PLANE] < 0]
-    boundary = _by_key(solved[solved[PLANE] >= 0], PLANE, len(tree.upper))
-    stitched = boundary.map_partitions(_stitch_upper, qi, mean, std, tree, options, meta=meta)
-    return dd.concat([core, stitched]), tree
+    job = delayed(_Job(tuple(qi), mean, std, tree, options), name=f"microagg-job-{uuid.uuid4().hex}")
+    routed = [delayed(_route, pure=True)(part, job) for part in frame[[ROW_ID, *qi]].to_delayed()]
+    tasks = [delayed(_solve_task, pure=True)(job, t, *(r[t] for r in routed)) for t in range(tree.n_tasks)]
+    released = [t[0] for t in tasks]
+    if len(tree.upper):
+        pieces = [[] for _ in tree.upper]
+        for t, solved in enumerate(tasks):
+            for slot, position in enumerate(tree.task_ancestors[t]):
+                pieces[position].append(solved[1 + slot])
+        released += [delayed(_stitch_upper, pure=True)(job, p, *pieces[p]) for p in range(len(tree.upper))]
+    return released, tree
 
 
 # --- stage 4: the gate -----------------------------------------------------------------------------
 
-def tuple_counts(values):
-    """Occurrence count of every distinct row of ``values`` (2-D float64), exactly.
+def tuple_counts(table, sizes):
+    """Rows carrying each group's tuple: for group ``g``, the sum of ``sizes`` over the groups whose
+    tuple (row of ``table``, float64) equals ``table[g]``, exactly.
 
-    Rows are bucketed by a 64-bit hash, then every row is compared with its bucket's first row; only
-    if two different rows share a hash (never seen in practice) does it fall back to a full sort.
+    Tuples are bucketed by a 64-bit hash and compared with their bucket's first tuple; only if two
+    different tuples share a hash (never seen in practice) does it fall back to a full sort.
     """
-    if not len(values):
+    if not len(table):
         return np.zeros(0, dtype=np.int64)
-    hashes = pd.util.hash_pandas_object(pd.DataFrame(values), index=False).to_numpy()
+    hashes = pd.util.hash_pandas_object(pd.DataFrame(table), index=False).to_numpy()
     order = np.argsort(hashes, kind="stable")
     h = hashes[order]
     starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
-    first = np.repeat(order[starts], np.diff(np.r_[starts, len(h)]))
-    same = (values[order] == values[first]) | (np.isnan(values[order]) & np.isnan(values[first]))
-    if not same.all():
-        return np.unique(values, axis=0, return_counts=True)[1]
-    return np.diff(np.r_[starts, len(h)])
+    bucket = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(h)]))
+    first = order[starts][bucket]
+    same = (table[order] == table[first]) | (np.isnan(table[order]) & np.isnan(table[first]))
+    if same.all():
+        totals = np.bincount(bucket, weights=sizes[order]).astype(np.int64)
+        counts = np.empty(len(table), dtype=np.int64)
+        counts[order] = totals[bucket]
+        return counts
+    _, inverse = np.unique(table, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    return np.bincount(inverse, weights=sizes).astype(np.int64)[inverse]
 
 
-def tuples_through_groups(values, dense, sizes):
-    """Occurrence counts of the released tuples, proved through the groups when possible.
-
-    ``dense`` numbers each row's group ``0..g-1`` and ``sizes`` counts them. If every row carries
-    exactly its group's first row's tuple, each row's tuple occurs at least as often as its group
-    has rows: the group sizes are returned (a lower bound of the tuple counts, exact unless two
-    groups share a tuple, which only raises the counts). Otherwise the exact counts of
-    :func:`tuple_counts`.
-    """
-    if not len(values):
-        return np.zeros(0, dtype=np.int64)
-    first = np.empty(len(sizes), dtype=np.int64)
-    first[dense[::-1]] = np.arange(len(dense) - 1, -1, -1)  # the last write is each group's first row
-    if (values == values[first[dense]]).all():
-        return sizes
-    return tuple_counts(values)
-
-
-def _block_summary(part, qi, k):
-    _, dense = np.unique(part[GROUP_ID].to_numpy(), return_inverse=True)
-    sizes = np.bincount(dense)
-    tuples = tuples_through_groups(part[qi].to_numpy(dtype=np.float64), dense, sizes)
-    blocks = part[LEAF].value_counts()
-    return pd.DataFrame({
-        "rows": [len(part)],
-        "groups": [len(sizes)],
-        "min_group_size": [int(sizes.min()) if len(sizes) else 0],
-        "max_group_size": [int(sizes.max()) if len(sizes) else 0],
-        "min_tuple_count": [int(tuples.min()) if len(tuples) else 0],
-        "rows_in_small_tuples": [int(tuples[tuples < k].sum()) if len(tuples) else 0],
-        "sse": [float(part[LOSS].sum())],
-        "stitch_gain": [float(part[GAIN].sum())],
-        "block_ids": [blocks.index.to_numpy()],
-        "block_rows": [blocks.to_numpy()],
-    })
+def summarize(rows, labels, table, job, gain):
+    """The gate's evidence for one released piece (a dict): rows, groups, group sizes, how often
+    the released tuples occur (:func:`tuple_counts`), the standardized SSE, rows per block."""
+    k = job.options.k
+    sizes = np.bincount(labels) if len(labels) else np.zeros(0, dtype=np.int64)
+    counts = tuple_counts(table, sizes) if table is not None else sizes
+    sse = 0.0
+    if table is not None and len(labels):
+        scale = np.where(job.std > 0, job.std, np.inf)
+        sse = float((((rows.values - table[labels]) / scale) ** 2).sum())
+    block_ids, block_rows = np.unique(rows.leaf, return_counts=True)
+    return {
+        "rows": len(labels),
+        "groups": len(sizes),
+        "min_group_size": int(sizes.min()) if len(sizes) else None,
+        "max_group_size": int(sizes.max()) if len(sizes) else 0,
+        "min_tuple_count": int(counts.min()) if len(counts) else None,
+        "rows_in_small_tuples": int(sizes[counts < k].sum()),
+        "sse": sse,
+        "stitch_gain": float(gain),
+        "block_ids": block_ids,
+        "block_rows": block_rows,
+    }
 
 
-def gate(solved, qi, k, n_rows):
-    """Per-partition summary and block sizes; raises :class:`ReleaseGateError` unless the release is
-    k-anonymous. Every group lies wholly inside one partition, so a tuple seen >= k times in every
-    partition where it occurs is seen >= k times in the release."""
-    meta = _block_summary(solved._meta, qi, k).iloc[:0]
-    blocks = solved.map_partitions(_block_summary, qi, k, meta=meta).compute()
-    # a block's rows can sit in several partitions (its groups near an upper plane moved)
-    block_sizes = pd.Series(np.concatenate(blocks["block_rows"].to_list()),
-                            index=np.concatenate(blocks["block_ids"].to_list())).groupby(level=0).sum()
-    blocks = blocks[blocks["rows"] > 0]  # a shuffle can leave partitions empty
-    rows = int(blocks["rows"].sum())
-    bad = int(blocks["rows_in_small_tuples"].sum())
+def _summary(released):
+    return released.summary
+
+
+def gate(released, k, n_rows):
+    """Summaries of the released pieces and the rows per block; raises :class:`ReleaseGateError`
+    unless the release is k-anonymous. Every group lies wholly inside one piece, so a tuple seen
+    >= k times in every piece where it occurs is seen >= k times in the release."""
+    summaries = list(dask.compute(*[delayed(_summary, pure=True)(r) for r in released]))
+    # a block's rows can sit in several pieces (its groups near an upper plane moved)
+    block_sizes = pd.Series(np.concatenate([s["block_rows"] for s in summaries]),
+                            index=np.concatenate([s["block_ids"] for s in summaries])).groupby(level=0).sum()
+    summaries = [s for s in summaries if s["rows"]]
+    rows = sum(s["rows"] for s in summaries)
+    bad = sum(s["rows_in_small_tuples"] for s in summaries)
     if rows != n_rows:
         raise ReleaseGateError(f"the release has {rows} rows but the input has {n_rows}; nothing written")
-    smallest = int(blocks["min_group_size"].min())
+    smallest = min(s["min_group_size"] for s in summaries)
     if bad or smallest < k:
         raise ReleaseGateError(
             f"the release is not {k}-anonymous: {bad} row(s) carry a quasi-identifier tuple seen fewer "
             f"than k={k} times (smallest group {smallest}); nothing written"
         )
-    return blocks, block_sizes.to_numpy()
+    return summaries, block_sizes.to_numpy()
 
 
 # --- stage 5: back to input order, write -----------------------------------------------------------
@@ -445,18 +464,47 @@ def file_divisions(n_rows, rows_per_file):
     return tuple(starts) + (n_rows - 1,)
 
 
-def restore_order(frame, solved, lengths, qi, ids, n_rows, rows_per_file, key=None):
+def _by_file(released, starts):
+    """Released rows cut into one ``(row ids, values)`` piece per output file (``starts``: first row ids)."""
+    bounds = np.searchsorted(released.row_id, [*starts[1:], np.iinfo(np.int64).max])
+    cuts = np.concatenate([[0], bounds])
+    return [(released.row_id[a:b], released.table[released.group[a:b]]) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def _assemble(start, stop, qi, *pieces):
+    """One output file's released QIs, indexed by row id ``start..stop-1``, scattered from the pieces."""
+    n = stop - start
+    values = np.empty((n, len(qi)))
+    seen = np.zeros(n, dtype=bool)
+    count = 0
+    for row_id, piece in pieces:
+        values[row_id - start] = piece
+        seen[row_id - start] = True
+        count += len(row_id)
+    if count != n or not seen.all():
+        raise ReleaseGateError(f"rows {start}..{stop - 1}: {count} released rows for {n} input rows "
+                               f"({n - int(seen.sum())} missing); nothing written")
+    return pd.DataFrame(values, columns=list(qi), index=pd.RangeIndex(start, stop, name=ROW_ID))
+
+
+def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None):
     """The released frame: input rows in input order with QIs replaced, identifiers dropped (or
-    pseudonymised with the HMAC ``key``)."""
+    pseudonymised with the HMAC ``key``). ``released``: the delayed :class:`Rows` of the gate."""
     keep = [i for i, n in enumerate(lengths) if n]
     frame = frame.partitions[keep]
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])[keep]
     in_div = tuple(int(o) for o in offsets) + (n_rows - 1,)
     out_div = file_divisions(n_rows, rows_per_file)
     original = frame.set_index(ROW_ID, sorted=True, divisions=in_div).repartition(divisions=out_div)
-    released = solved[[ROW_ID, *qi]].set_index(ROW_ID, divisions=out_div, shuffle_method=shuffle_method())
-    meta = _replace_qis(original._meta, released._meta, qi, ids, key)
-    return original.map_partitions(_replace_qis, released, qi, ids, key, meta=meta, align_dataframes=False)
+    starts = np.asarray(out_div[:-1], dtype=np.int64)
+    stops = [*out_div[1:-1], n_rows]
+    cut = [delayed(_by_file, pure=True)(r, starts) for r in released]
+    files = [delayed(_assemble, pure=True)(int(a), int(b), tuple(qi), *(c[i] for c in cut))
+             for i, (a, b) in enumerate(zip(starts, stops))]
+    meta = _assemble(0, 0, tuple(qi))
+    values = dd.from_delayed(files, meta=meta, divisions=out_div, verify_meta=False)
+    meta = _replace_qis(original._meta, meta, qi, ids, key)
+    return original.map_partitions(_replace_qis, values, qi, ids, key, meta=meta, align_dataframes=False)
 
 
 def _enough_partitions(ddf):
@@ -495,16 +543,16 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         # may be partitioned differently by Dask's optimizer. On a cluster the input is read once
         # and kept in memory (spilled if need be) for every pass, the final write included.
         # (Local schedulers re-read: persisting a Parquet read there loses partitions in dask 2026.8.)
-        source = persisted(ddf) if _client() is not None else ddf
+        source = persisted(ddf)[0] if _client() is not None else ddf
         n_rows, mean, std, lengths, covariance = column_statistics(source, qi)
         check_k(options.k, n_rows)
         frame = with_row_ids(source, lengths)
     with timings.stage("blocks"):
         solved, tree = solve_blocks(frame, qi, n_rows, mean, std, options)
-        solved = persisted(solved)
+        solved = persisted(*solved)
     with timings.stage("gate"):
-        blocks, block_sizes = gate(solved, qi, options.k, n_rows)
-    sse = float(blocks["sse"].sum())
+        summaries, block_sizes = gate(solved, options.k, n_rows)
+    sse = sum(s["sse"] for s in summaries)
     sst = float(n_rows * np.count_nonzero(std > 0))
     report = {
         "rows": n_rows,
@@ -521,20 +569,20 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         "statistics": {"mean": mean.tolist(), "std": std.tolist(), "covariance": covariance.tolist()},
         "identifiers_dropped": [] if options.hash_identifiers else ids,
         "identifiers_hashed": ids if options.hash_identifiers else [],
-        "groups": int(blocks["groups"].sum()),
-        "min_group_size": int(blocks["min_group_size"].min()),
-        "max_group_size": int(blocks["max_group_size"].max()),
+        "groups": sum(s["groups"] for s in summaries),
+        "min_group_size": min(s["min_group_size"] for s in summaries),
+        "max_group_size": max(s["max_group_size"] for s in summaries),
         "information_loss": 100.0 * sse / sst if sst > 0 else 0.0,
         "sse": sse,
         "sst": sst,
         "k_anonymity_verified": True,
-        "min_tuple_count": int(blocks["min_tuple_count"].min()),
+        "min_tuple_count": min(s["min_tuple_count"] for s in summaries),
         "blocks": tree.n_leaves,
         "block_size_target": options.block_size,
         "block_sizes": _distribution(block_sizes),
         "tasks": tree.n_tasks,
         "upper_planes": len(tree.upper),
-        "stitch_sse_gain": float(blocks["stitch_gain"].sum()),
+        "stitch_sse_gain": sum(s["stitch_gain"] for s in summaries),
         "options": asdict(options),
         "version": __version__,
     }

@@ -68,7 +68,8 @@ def test_byte_identical_across_files_workers_and_schedulers(tmp_path, data):
     for name, source, extra in [
         ("sync-four", root / "four", ["--scheduler", "synchronous"]),
         ("local-1", root / "four", ["--workers", 1]),
-        ("local-2", root / "one.parquet", ["--workers", 2]),
+        ("local-2", root / "one.parquet", ["--workers", 2]),  # two workers, threads of one process
+        ("processes-2", root / "four", ["--workers", 2, "--processes"]),
     ]:
         assert _files(_run(tmp_path, name, source, *common, *extra)) == reference, name
 

@@ -1,7 +1,7 @@
 """The distributed pipeline against its baselines, measured in the same run.
 
     .venv/bin/python tests/benchmarks/bench_pipeline.py inprocess [--rows 100000]
-    .venv/bin/python tests/benchmarks/bench_pipeline.py scale --rows 1000000 [--workers 2]
+    .venv/bin/python tests/benchmarks/bench_pipeline.py scale --rows 1000000 [--processes] [--workers N]
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -118,15 +118,20 @@ def scale(args):
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
     # the floor: Dask alone, same cluster shape
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=None,
-                      memory_limit=args.memory_limit) as cluster, Client(cluster):
+    from microagg.jobs.cluster import local_shape
+
+    workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
+    with LocalCluster(n_workers=workers, threads_per_worker=threads, dashboard_address=None,
+                      processes=args.processes, memory_limit=args.memory_limit) as cluster, Client(cluster):
         t = time.perf_counter()
         dd.read_parquet(str(source)).sort_values("q0").to_parquet(str(out / "floor"), write_index=False)
         floor = time.perf_counter() - t
-    print(f"floor (read, sort by one column, write; {args.workers} workers): {floor:.2f} s")
+    shape = f"{workers} worker {'process(es)' if args.processes else '(threads of one process)'} x {threads} thread(s)"
+    print(f"floor (read, sort by one column, write; {shape}): {floor:.2f} s")
     t = time.perf_counter()
     cmd = [str(BIN / "microagg"), "anonymize", str(source), str(out / "release"), "--k", str(args.k),
-           "--identifiers", "person_id", "--qi", ",".join(QI), "--workers", str(args.workers),
+           "--identifiers", "person_id", "--qi", ",".join(QI), "--workers", str(workers),
+           "--threads-per-worker", str(threads), "--processes" if args.processes else "--no-processes",
            "--memory-limit", args.memory_limit, "--refine", args.refine]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     total = time.perf_counter() - t
@@ -150,8 +155,11 @@ def main():
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--block-size", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--memory-limit", default="4GiB")
+    parser.add_argument("--workers", type=int, default=None, help="default: as the CLI's local cluster")
+    parser.add_argument("--threads-per-worker", type=int, default=None, help="default: as the CLI's local cluster")
+    parser.add_argument("--processes", action=argparse.BooleanOptionalAction, default=False,
+                        help="worker processes, or workers as threads of one process (default, as the CLI)")
+    parser.add_argument("--memory-limit", default="auto")
     parser.add_argument("--refine", default="none")
     parser.add_argument("--data", default=os.environ.get("MICROAGG_BENCH_DATA"),
                         help="where to cache generated data (default: the temp directory)")
