@@ -37,6 +37,7 @@ bench: $(DEVSTAMP)
 	$(BIN)/python tests/benchmarks/bench_pipeline.py inprocess --rows 100000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 1000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000
+	$(BIN)/python tests/benchmarks/bench_pipeline.py methods --rows 1000000
 
 clean:
 	rm -rf $(VENV) demo-release .pytest_cache .hypothesis build *.egg-info
