@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from .. import kernels
+from ..kernels import groups
 from . import blocking, io, stats, stitch
 from .api import centroids
 from .errors import InputError, ReleaseGateError
@@ -254,9 +255,9 @@ def _concat(pieces, width):
 
 def _split(rows, key, n_keys):
     """``rows`` cut into ``n_keys`` pieces by ``key`` (0..n_keys-1), each keeping the rows' order."""
-    order = np.argsort(key, kind="stable")
-    bounds = np.searchsorted(key[order], np.arange(n_keys + 1))
-    return [Rows(*(None if f is None else f[order[a:b]] for f in rows)) for a, b in zip(bounds[:-1], bounds[1:])]
+    bounds, order = groups.group_members(np.ascontiguousarray(key, dtype=np.int64), n_keys)  # a counting sort
+    return [Rows(*(None if f is None else np.take(f, order[a:b], axis=0) for f in rows))
+            for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _route(part, job):
