@@ -38,6 +38,8 @@ bench: $(DEVSTAMP)
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 1000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py methods --rows 1000000
+	$(BIN)/python tests/benchmarks/bench_pipeline.py modes --rows 1000000
+	$(BIN)/python tests/benchmarks/bench_pipeline.py modes --rows 10000000
 
 clean:
 	rm -rf $(VENV) demo-release .pytest_cache .hypothesis build *.egg-info

@@ -33,6 +33,16 @@ def _add_anonymize(sub):
     p.add_argument("--identifiers", default="", metavar="COL,...", help="direct identifiers, dropped from the release")
     p.add_argument("--aggregate", default="mean", choices=("mean", "median"),
                    help="the centroid that replaces a group's values (default mean)")
+    p.add_argument("--noise", default="none", choices=("none", "laplace"),
+                   help="laplace: add Laplace noise to each released group value, per attribute, of scale "
+                        "sensitivity/epsilon with sensitivity = (group's extent in the attribute)/k (the "
+                        "optimal-noise univariate microaggregation paper, section III); one draw per group "
+                        "and attribute, reproducible from --seed, so every group keeps one tuple")
+    p.add_argument("--epsilon", type=float, default=None, metavar="EPS",
+                   help="privacy budget of --noise laplace (> 0; smaller = more noise)")
+    p.add_argument("--release-where", default=None, metavar="CONDITION",
+                   help='release only the rows whose released QI values meet CONDITION, e.g. '
+                        '"AGE >= 40 and AGE <= 50" (quasi-identifier columns only: whole groups are kept)')
     p.add_argument("--report", default=None, metavar="PATH",
                    help="where to write the JSON report (default OUTPUT/_report.json)")
     p.add_argument("--rows-per-file", type=int, default=1_000_000, help="rows per output Parquet file")
@@ -113,6 +123,9 @@ def _anonymize(args):
         blocks_per_task=args.blocks_per_task,
         seed=args.seed,
         hash_identifiers=args.hash_identifiers,
+        noise=args.noise,
+        epsilon=args.epsilon,
+        release_where=args.release_where,
     )
     with dask_client(args.scheduler, workers=args.workers, threads_per_worker=args.threads_per_worker,
                      memory_limit=args.memory_limit, processes=args.processes) as client:
@@ -127,6 +140,10 @@ def _anonymize(args):
     _say(args, f"release: {report['output']} ({report['rows']} rows, {report['groups']} groups of "
                f"{report['min_group_size']}..{report['max_group_size']} records, k={report['k']}, "
                f"method {report['method']}, {report['blocks']} block(s))")
+    if report["release_where"]:
+        _say(args, f"released {report['rows_released']} of {report['rows']} rows ({report['release_where']})")
+    if report["noise"] != "none":
+        _say(args, f"noise: {report['noise']}, epsilon {report['epsilon']}")
     _say(args, f"report: {report['report']}")
     _say(args, f"information loss: {report['information_loss']:.3f} %")
     return EXIT_OK

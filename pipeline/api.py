@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .. import kernels
+from ..kernels import noise as noise_kernels
 from . import stats
 from .errors import InputError
 from .blocked import Blocking, blocked_partition
@@ -19,6 +20,8 @@ from .validation import (
     check_blocking,
     check_finite,
     check_k,
+    check_noise,
+    check_release_where,
     non_numeric_error,
     resolve_columns,
 )
@@ -125,8 +128,32 @@ def centroids(X, labels, n_groups, aggregate="mean"):
     return kernels.group_means(X, labels, n_groups)
 
 
+def released_table(X, labels, row_id, k, aggregate="mean", noise="none", epsilon=None, seed=0):
+    """Each group's released tuple (``(g, d)``): its centroid, plus Laplace noise of scale
+    ``(extent / k) / epsilon`` per attribute with ``noise="laplace"`` (:mod:`microagg.kernels.noise`).
+
+    ``row_id`` (global row ids of the rows of ``X``) keys each group's draws by its smallest row id,
+    so the in-memory and the distributed release draw the same noise for the same group.
+    """
+    n_groups = int(labels.max()) + 1 if len(labels) else 0
+    table = centroids(X, labels, n_groups, aggregate)
+    if noise == "laplace" and n_groups:
+        scale = noise_kernels.group_extents(X, labels, n_groups) / k / epsilon
+        keys = noise_kernels.group_keys(np.ascontiguousarray(row_id, dtype=np.int64), labels, n_groups)
+        table = table + noise_kernels.laplace_draws(scale, keys, seed)
+    return table
+
+
+def where_mask(frame, release_where):
+    """Rows of ``frame`` (released values) that ``release_where`` keeps (all rows when None)."""
+    if not release_where:
+        return np.ones(len(frame), dtype=bool)
+    return np.asarray(frame.eval(release_where), dtype=bool)
+
+
 def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggregate="mean", *,
-              refine="none", method_options=None, refine_options=None, seed=0, **blocking):
+              refine="none", method_options=None, refine_options=None, seed=0, noise="none", epsilon=None,
+              release_where=None, **blocking):
     """Microaggregate a DataFrame: QI columns replaced by their group's centroid.
 
     Parameters
@@ -140,6 +167,11 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     identifiers : direct identifiers, dropped from the result
     aggregate : "mean" (default) or "median": the centroid that replaces each group's values
     refine, method_options, refine_options, seed : see :func:`partition`
+    noise, epsilon : ``noise="laplace"`` adds Laplace noise of scale ``(extent / k) / epsilon`` to each
+        group's released value, attribute by attribute, one draw per group (reproducible from ``seed``;
+        all members of a group keep one tuple)
+    release_where : a condition on quasi-identifier columns (pandas ``eval`` syntax, e.g.
+        ``"AGE >= 40 and AGE <= 50"``), evaluated on the released values: only those rows are returned
     **blocking : further :class:`microagg.pipeline.release.ReleaseOptions` (``order``,
         ``block_size``, ``stitch``...); for a pandas DataFrame they select the blocked solve in
         memory, whose release equals the distributed one
@@ -158,24 +190,26 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
             k=k, method=method, aggregate=aggregate, refine=refine, identifiers=tuple(identifiers),
             quasi_identifiers=tuple(quasi_identifiers) if quasi_identifiers is not None else None,
             method_options=tuple(sorted((method_options or {}).items())),
-            refine_options=tuple(sorted((refine_options or {}).items())), seed=seed, **blocking,
+            refine_options=tuple(sorted((refine_options or {}).items())), seed=seed, noise=noise,
+            epsilon=epsilon, release_where=release_where, **blocking,
         )
         return build_release(df, options)[0]
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"anonymize expects a pandas or Dask DataFrame, got {type(df).__name__}")
     check_aggregate(aggregate)
+    check_noise(noise, epsilon)
     qi, ids, non_numeric = resolve_columns(df.dtypes, quasi_identifiers, identifiers)
     if non_numeric:
         raise non_numeric_error(non_numeric[0], df[non_numeric[0]].head(1000))
+    check_release_where(release_where, qi, df.iloc[:0])
     k = check_k(k, len(df))
     Solver.build(method, method_options, refine, refine_options, seed)  # fail before any work
     X = np.ascontiguousarray(df[qi].to_numpy(dtype=np.float64))
     Z, _, _ = standardize(X, qi)
     labels = partition(Z, k, method, refine=refine, standardized=True, method_options=method_options,
                        refine_options=refine_options, seed=seed, **blocking)
-    n_groups = int(labels.max()) + 1
-    released = centroids(X, labels, n_groups, aggregate)[labels]
+    released = released_table(X, labels, np.arange(len(X)), k, aggregate, noise, epsilon, seed)[labels]
     out = df.drop(columns=ids).copy()
     for j, name in enumerate(qi):
         out[name] = released[:, j]
-    return out
+    return out[where_mask(out, release_where)] if release_where else out

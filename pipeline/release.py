@@ -44,13 +44,15 @@ import pandas as pd
 from .. import kernels
 from ..kernels import groups
 from . import blocking, io, stats, stitch
-from .api import centroids
+from .api import released_table, where_mask
 from .errors import InputError, ReleaseGateError
 from .solver import Solver
 from .validation import (
     check_aggregate,
     check_blocking,
     check_finite,
+    check_noise,
+    check_release_where,
     check_k,
     non_numeric_error,
     resolve_columns,
@@ -81,6 +83,9 @@ class ReleaseOptions:
     stitch: str = "light"               # pipeline.stitch.STITCHING
     sample_rows: int | None = None      # default: about 256 sample rows per block (at least 20,000)
     hash_identifiers: bool = False      # replace identifiers by a keyed HMAC instead of dropping them
+    noise: str = "none"                 # "laplace": noise on each released group value (kernels/noise.py)
+    epsilon: float | None = None        # the noise's privacy budget
+    release_where: str | None = None    # release only the rows whose released QI values meet this condition
 
 
 @dataclass
@@ -111,6 +116,7 @@ def plan(ddf, options):
     """Validate options and columns from the schema alone; returns ``(qi, identifiers)``."""
     check_k(options.k)
     check_aggregate(options.aggregate)
+    check_noise(options.noise, options.epsilon)
     if options.rows_per_file < 1:
         raise InputError(f"rows per file must be >= 1, got {options.rows_per_file}")
     solver_of(options)
@@ -124,6 +130,7 @@ def plan(ddf, options):
     if non_numeric:
         column = non_numeric[0]
         raise non_numeric_error(column, ddf[column].head(1000))  # first partition only
+    check_release_where(options.release_where, qi, ddf._meta)
     return qi, ids
 
 
@@ -272,7 +279,8 @@ def _release(rows, labels, job, gain):
     """:class:`Released` for ``rows`` grouped by ``labels`` (``0..g-1``) with the job's aggregate."""
     if not len(labels):
         return Released(rows.row_id, labels, np.empty((0, len(job.qi))), summarize(rows, labels, None, job, gain))
-    table = centroids(rows.values, labels, int(labels.max()) + 1, job.options.aggregate)
+    o = job.options
+    table = released_table(rows.values, labels, rows.row_id, o.k, o.aggregate, o.noise, o.epsilon, o.seed)
     return Released(rows.row_id, labels, table, summarize(rows, labels, table, job, gain))
 
 
@@ -396,8 +404,13 @@ def summarize(rows, labels, table, job, gain):
         scale = np.where(job.std > 0, job.std, np.inf)
         sse = float((((rows.values - table[labels]) / scale) ** 2).sum())
     block_ids, block_rows = np.unique(rows.leaf, return_counts=True)
+    released = len(labels)
+    if job.options.release_where and table is not None and len(table):
+        keep = where_mask(pd.DataFrame(table, columns=list(job.qi)), job.options.release_where)
+        released = int(sizes[keep].sum())
     return {
         "rows": len(labels),
+        "rows_released": released,
         "groups": len(sizes),
         "min_group_size": int(sizes.min()) if len(sizes) else None,
         "max_group_size": int(sizes.max()) if len(sizes) else 0,
@@ -443,7 +456,9 @@ def _pseudonyms(values, key):
     return np.array([hmac.digest(key, str(v).encode(), "sha256").hex() for v in values], dtype=object)
 
 
-def _replace_qis(original, released, qi, identifiers, key=None):
+def _replace_qis(original, released, qi, identifiers, key=None, where=None):
+    """Input rows with their released QI values; identifiers dropped or pseudonymised; with
+    ``where``, only the rows whose released values meet it (whole groups)."""
     if not original.index.equals(released.index):
         raise ReleaseGateError("released rows do not match the input rows by row id; nothing written")
     if key is None:
@@ -454,7 +469,10 @@ def _replace_qis(original, released, qi, identifiers, key=None):
             out[name] = pd.array(_pseudonyms(out[name].to_numpy(), key), dtype="string")
     for name in qi:
         out[name] = released[name].to_numpy()
-    return out.reset_index(drop=True)
+    out = out.reset_index(drop=True)
+    if where:
+        out = out[where_mask(out, where)].reset_index(drop=True)
+    return out
 
 
 def file_divisions(n_rows, rows_per_file):
@@ -488,9 +506,10 @@ def _assemble(start, stop, qi, *pieces):
     return pd.DataFrame(values, columns=list(qi), index=pd.RangeIndex(start, stop, name=ROW_ID))
 
 
-def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None):
+def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None, where=None):
     """The released frame: input rows in input order with QIs replaced, identifiers dropped (or
-    pseudonymised with the HMAC ``key``). ``released``: the delayed :class:`Rows` of the gate."""
+    pseudonymised with the HMAC ``key``), only the rows meeting ``where`` if given. ``released``: the
+    delayed :class:`Released` pieces of the gate."""
     keep = [i for i, n in enumerate(lengths) if n]
     frame = frame.partitions[keep]
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])[keep]
@@ -504,8 +523,8 @@ def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=
              for i, (a, b) in enumerate(zip(starts, stops))]
     meta = _assemble(0, 0, tuple(qi))
     values = dd.from_delayed(files, meta=meta, divisions=out_div, verify_meta=False)
-    meta = _replace_qis(original._meta, meta, qi, ids, key)
-    return original.map_partitions(_replace_qis, values, qi, ids, key, meta=meta, align_dataframes=False)
+    meta = _replace_qis(original._meta, meta, qi, ids, key, where)
+    return original.map_partitions(_replace_qis, values, qi, ids, key, where, meta=meta, align_dataframes=False)
 
 
 def _enough_partitions(ddf):
@@ -584,11 +603,16 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         "tasks": tree.n_tasks,
         "upper_planes": len(tree.upper),
         "stitch_sse_gain": sum(s["stitch_gain"] for s in summaries),
+        "noise": options.noise,
+        "epsilon": options.epsilon,
+        "release_where": options.release_where,
+        "rows_released": sum(s["rows_released"] for s in summaries),
         "options": asdict(options),
         "version": __version__,
     }
     key = identifier_key if options.hash_identifiers else None
-    released = restore_order(frame, solved, lengths, qi, ids, n_rows, options.rows_per_file, key)
+    released = restore_order(frame, solved, lengths, qi, ids, n_rows, options.rows_per_file, key,
+                             options.release_where)
     return released, report
 
 
@@ -617,7 +641,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         report.update(input=str(input_path), output=str(output))
         with timings.stage("write"):
             metadata = {k: report[k] for k in ("k", "method", "method_options", "refine", "refine_options",
-                                               "stitch", "aggregate", "order", "seed",
+                                               "stitch", "aggregate", "order", "seed", "noise", "epsilon",
+                                               "release_where",
                                                "quasi_identifiers", "information_loss", "version")}
             released.to_parquet(
                 tmp,

@@ -11,6 +11,7 @@ from .blocking import ORDERS
 from .errors import InputError
 
 AGGREGATES = ("mean", "median")
+NOISES = ("none", "laplace")
 
 
 def check_k(k, n_rows=None):
@@ -22,6 +23,46 @@ def check_k(k, n_rows=None):
     if n_rows is not None and n_rows < k:
         raise InputError(f"the input has {n_rows} rows, fewer than k={k}: no group of k records can be formed")
     return int(k)
+
+
+def check_noise(noise, epsilon):
+    """``noise`` is one of :data:`NOISES`; Laplace noise needs ``epsilon > 0`` and only it takes one."""
+    if noise not in NOISES:
+        raise InputError(f"unknown noise {noise!r}; choose one of: {', '.join(NOISES)}")
+    if noise == "laplace":
+        if epsilon is None:
+            raise InputError("Laplace noise needs a privacy budget: give --epsilon EPS (> 0)")
+        if not np.isfinite(epsilon) or epsilon <= 0:
+            raise InputError(f"epsilon must be a finite number > 0, got {epsilon}")
+    elif epsilon is not None:
+        raise InputError("--epsilon is the budget of the added noise: give it with --noise laplace")
+
+
+def check_release_where(expression, qi, meta):
+    """``expression`` (a pandas ``eval`` condition) may use quasi-identifier columns only: it is
+    evaluated on the released values, where all members of a group carry the same tuple, so whole
+    groups are kept or dropped and the release stays k-anonymous. Another column could split a group."""
+    if expression is None:
+        return
+    import ast
+
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError as exc:
+        raise InputError(f"--release-where {expression!r} is not a valid condition: {exc.msg}") from exc
+    names = sorted({node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} - {"True", "False"})
+    others = [name for name in names if name not in qi]
+    if others:
+        raise InputError(
+            f"--release-where may only use quasi-identifier columns (it filters released values, so whole "
+            f"groups stay together); {others} {'is' if len(others) == 1 else 'are'} not among them: {list(qi)}"
+        )
+    try:
+        result = meta[list(qi)].eval(expression)
+    except Exception as exc:  # pandas raises many kinds for a bad expression
+        raise InputError(f"--release-where {expression!r} cannot be evaluated: {exc}") from exc
+    if not isinstance(result, pd.Series) or result.dtype != bool:
+        raise InputError(f"--release-where {expression!r} is not a true/false condition on each row")
 
 
 def check_blocking(block_size, blocks_per_task, order, k):

@@ -3,7 +3,7 @@
 import numpy as np
 from types import SimpleNamespace
 
-from microagg.pipeline.release import Rows, summarize, tuple_counts
+from microagg.pipeline.release import ReleaseOptions, Rows, summarize, tuple_counts
 
 
 def test_distinct_tuples_count_their_group_sizes():
@@ -22,7 +22,7 @@ def test_nan_tuples_compare_equal():
 
 
 def test_summary_flags_rows_below_k():
-    job = SimpleNamespace(options=SimpleNamespace(k=3), std=np.array([1.0]))
+    job = SimpleNamespace(options=ReleaseOptions(k=3), std=np.array([1.0]), qi=("q",))
     values = np.array([[1.0], [1.0], [1.0], [2.0], [2.0]])
     rows = Rows(row_id=np.arange(5), leaf=np.zeros(5, np.int64), values=values)
     labels = np.array([0, 0, 0, 1, 1])
@@ -33,8 +33,15 @@ def test_summary_flags_rows_below_k():
 
 
 def test_two_small_groups_with_one_tuple_are_k_anonymous_together():
-    job = SimpleNamespace(options=SimpleNamespace(k=3), std=np.array([1.0]))
+    job = SimpleNamespace(options=ReleaseOptions(k=3), std=np.array([1.0]), qi=("q",))
     rows = Rows(row_id=np.arange(4), leaf=np.zeros(4, np.int64), values=np.array([[0.0], [2.0], [0.0], [2.0]]))
     summary = summarize(rows, np.array([0, 0, 1, 1]), np.array([[1.0], [1.0]]), job, 0.0)
     assert summary["min_tuple_count"] == 4 and summary["rows_in_small_tuples"] == 0
     assert summary["sse"] == 4.0
+
+
+def test_summary_counts_the_rows_a_condition_releases():
+    job = SimpleNamespace(options=ReleaseOptions(k=2, release_where="q > 1.5"), std=np.array([1.0]), qi=("q",))
+    rows = Rows(row_id=np.arange(5), leaf=np.zeros(5, np.int64), values=np.array([[1.0], [1.0], [1.0], [2.0], [2.0]]))
+    summary = summarize(rows, np.array([0, 0, 0, 1, 1]), np.array([[1.0], [2.0]]), job, 0.0)
+    assert summary["rows"] == 5 and summary["rows_released"] == 2

@@ -3,6 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py inprocess [--rows 100000]
     .venv/bin/python tests/benchmarks/bench_pipeline.py scale --rows 1000000 [--processes] [--workers N]
     .venv/bin/python tests/benchmarks/bench_pipeline.py methods --rows 1000000 [--methods mdav,vmdav,dbm,mhm,auto]
+    .venv/bin/python tests/benchmarks/bench_pipeline.py modes --rows 1000000 [--modes plain,noise,where]
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -13,6 +14,8 @@ the release built and computed). Both form the same groups.
 Parquet; the best of three runs) and then ``microagg anonymize`` end to end (the CLI in a subprocess, cluster start
 included), on the same synthetic extract (person_id, 13 QIs, region, flag: 16 columns), k=5. Prints
 seconds, rows per second, the ratio to the floor, the time per stage, peak RSS per worker and IL.
+
+``modes``: the release modes of issue 5 (plain, Laplace noise, preference range) end to end.
 
 ``methods``: the CLI end to end with each block method on the same extract (issue 4): IL, seconds
 and the ratio to the first method's seconds.
@@ -144,6 +147,31 @@ def methods(args):
               f"{total / base:.1f}x |", flush=True)
 
 
+MODES = {
+    "plain": [],
+    "noise": ["--noise", "laplace", "--epsilon", "1"],
+    "where": ["--release-where", "q0 >= 0 and q1 <= 1"],
+}
+
+
+def modes(args):
+    """The release modes of issue 5 against the plain release on the same extract."""
+    from microagg.jobs.cluster import local_shape
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    source = make_extract(args.rows, root)
+    workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
+    print(f"{args.rows:,} rows x 13 QIs, k={args.k}; {workers} worker(s) x {threads} thread(s)\n")
+    print("| mode | options | IL % | rows released | end to end s | vs plain |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    base = None
+    for name in args.modes.split(","):
+        total, report = _anonymize(args, source, root / f"release-{name}", workers, threads, *MODES[name])
+        base = base or total
+        print(f"| {name} | `{' '.join(MODES[name])}` | {report['information_loss']:.4f} | "
+              f"{report['rows_released']:,} | {total:.1f} | {total / base:.2f}x |", flush=True)
+
+
 def scale(args):
     from distributed import Client, LocalCluster
 
@@ -183,7 +211,8 @@ def scale(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("inprocess", "scale", "methods"))
+    parser.add_argument("mode", choices=("inprocess", "scale", "methods", "modes"))
+    parser.add_argument("--modes", default=",".join(MODES), help="modes mode: which, in order")
     parser.add_argument("--methods", default="mdav,vmdav,dbm,mhm,auto", help="methods mode: which, in order")
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--k", type=int, default=5)
@@ -199,7 +228,7 @@ def main():
     parser.add_argument("--data", default=os.environ.get("MICROAGG_BENCH_DATA"),
                         help="where to cache generated data (default: the temp directory)")
     args = parser.parse_args()
-    {"inprocess": inprocess, "scale": scale, "methods": methods}[args.mode](args)
+    {"inprocess": inprocess, "scale": scale, "methods": methods, "modes": modes}[args.mode](args)
 
 
 if __name__ == "__main__":
