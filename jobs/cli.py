@@ -31,8 +31,11 @@ def _add_anonymize(sub):
     p.add_argument("--qi", default=None, metavar="COL,COL,...",
                    help="quasi-identifier columns; default: every numeric column not named in --identifiers")
     p.add_argument("--identifiers", default="", metavar="COL,...", help="direct identifiers, dropped from the release")
-    p.add_argument("--aggregate", default="mean", choices=("mean", "median"),
-                   help="the centroid that replaces a group's values (default mean)")
+    p.add_argument("--aggregate", default="mean", choices=("mean", "median", "trimmed"),
+                   help="the centroid that replaces a group's values (default mean); trimmed: the mean of "
+                        "the central 60%% of the group's weight")
+    p.add_argument("--weights", default=None, metavar="COL",
+                   help="survey weights (a numeric column, finite and > 0) weighting the aggregate; kept unchanged")
     p.add_argument("--noise", default="none", choices=("none", "laplace"),
                    help="laplace: add Laplace noise to each released group value, per attribute, of scale "
                         "sensitivity/epsilon with sensitivity = (group's extent in the attribute)/k (the "
@@ -113,6 +116,7 @@ def _anonymize(args):
         quasi_identifiers=tuple(c.strip() for c in args.qi.split(",") if c.strip()) if args.qi else None,
         identifiers=tuple(c.strip() for c in args.identifiers.split(",") if c.strip()),
         aggregate=args.aggregate,
+        weights=args.weights,
         rows_per_file=args.rows_per_file,
         refine=args.refine,
         method_options=_given(args, grow="grow", gamma="gamma", eps="eps", mhm_order="mhm_order"),

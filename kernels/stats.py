@@ -55,26 +55,9 @@ def group_means(X, labels, n_groups):
     return sums
 
 
-@jit
 def group_medians(X, labels, n_groups):
     """Per-group column medians (mean of the two middle values for an even-sized group)."""
-    n, d = X.shape
-    order = np.argsort(labels, kind="mergesort")
-    out = np.empty((n_groups, d))
-    start = 0
-    while start < n:
-        g = labels[order[start]]
-        stop = start
-        while stop < n and labels[order[stop]] == g:
-            stop += 1
-        m = stop - start
-        buf = np.empty(m)
-        for j in range(d):
-            for t in range(m):
-                buf[t] = X[order[start + t], j]
-            out[g, j] = np.median(buf)
-        start = stop
-    return out
+    return group_weighted(X, np.ones(X.shape[0]), labels, n_groups, 1)
 
 
 @jit
@@ -240,3 +223,77 @@ def exact_column_sums(X):
             _pack(sum_buckets[j], lowest[j], sums[j])
             _pack(square_buckets[j], 2 * lowest[j], squares[j])
     return sums, squares, nans, infs, huge
+
+
+TRIM = 0.2  # share of a group's weight trimmed from each end by the "trimmed" aggregate
+
+
+@jit
+def group_weighted(X, weights, labels, n_groups, kind):
+    """Per-group, per-column weighted aggregate: ``kind`` 0 mean, 1 median, 2 trimmed mean.
+
+    * mean: ``sum(w x) / sum(w)``;
+    * median: the smallest value at which the cumulative weight (values ascending) reaches half the
+      group's weight; exactly half is averaged with the next value, so unit weights give the usual
+      median (the mean of the two middle values of an even-sized group);
+    * trimmed: the weighted mean of the central ``1 - 2 TRIM`` of the group's weight; a record at
+      either cut counts with the part of its weight inside (unit weights and a group of 5: the mean
+      of the 3 middle values).
+
+    Ties in value are ordered by row index, so the result does not depend on how rows were split.
+    """
+    n, d = X.shape
+    order = np.argsort(labels, kind="mergesort")
+    out = np.empty((n_groups, d))
+    start = 0
+    while start < n:
+        g = labels[order[start]]
+        stop = start
+        while stop < n and labels[order[stop]] == g:
+            stop += 1
+        m = stop - start
+        rows = order[start:stop]
+        total = 0.0
+        for t in range(m):
+            total += weights[rows[t]]
+        vals = np.empty(m)
+        wts = np.empty(m)
+        for j in range(d):
+            if kind == 0:
+                s = 0.0
+                for t in range(m):
+                    s += weights[rows[t]] * X[rows[t], j]
+                out[g, j] = s / total
+                continue
+            for t in range(m):
+                vals[t] = X[rows[t], j]
+            rank = np.argsort(vals, kind="mergesort")
+            for t in range(m):
+                wts[t] = weights[rows[rank[t]]]
+            if kind == 1:
+                half = 0.5 * total
+                cum = 0.0
+                for t in range(m):
+                    cum += wts[t]
+                    if cum >= half:
+                        if cum == half and t + 1 < m:
+                            out[g, j] = 0.5 * (vals[rank[t]] + vals[rank[t + 1]])
+                        else:
+                            out[g, j] = vals[rank[t]]
+                        break
+            else:
+                low = TRIM * total
+                high = total - low
+                cum = 0.0
+                s = 0.0
+                kept = 0.0
+                for t in range(m):
+                    a = cum
+                    cum += wts[t]
+                    inside = min(cum, high) - max(a, low)
+                    if inside > 0.0:
+                        s += inside * vals[rank[t]]
+                        kept += inside
+                out[g, j] = s / kept
+        start = stop
+    return out

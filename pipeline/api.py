@@ -9,6 +9,7 @@ import pandas as pd
 
 from .. import kernels
 from ..kernels import noise as noise_kernels
+from ..kernels.stats import group_weighted
 from . import stats
 from .errors import InputError
 from .blocked import Blocking, blocked_partition
@@ -22,6 +23,8 @@ from .validation import (
     check_k,
     check_noise,
     check_release_where,
+    check_weight_values,
+    check_weights,
     non_numeric_error,
     resolve_columns,
 )
@@ -121,14 +124,19 @@ def information_loss(X, labels, *, standardized=False):
     return float(il)
 
 
-def centroids(X, labels, n_groups, aggregate="mean"):
-    """Per-group replacement values of the original (unstandardized) ``X``."""
-    if aggregate == "median":
-        return kernels.group_medians(X, labels, n_groups)
-    return kernels.group_means(X, labels, n_groups)
+AGGREGATE_KIND = {"mean": 0, "median": 1, "trimmed": 2}
 
 
-def released_table(X, labels, row_id, k, aggregate="mean", noise="none", epsilon=None, seed=0):
+def centroids(X, labels, n_groups, aggregate="mean", weights=None):
+    """Per-group replacement values of the original (unstandardized) ``X``: the mean, the median or
+    the trimmed mean (:func:`microagg.kernels.stats.group_weighted`), weighted by ``weights`` if given."""
+    if weights is None and aggregate == "mean":
+        return kernels.group_means(X, labels, n_groups)
+    w = np.ones(len(X)) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+    return group_weighted(X, w, labels, n_groups, AGGREGATE_KIND[aggregate])
+
+
+def released_table(X, labels, row_id, k, aggregate="mean", noise="none", epsilon=None, seed=0, weights=None):
     """Each group's released tuple (``(g, d)``): its centroid, plus Laplace noise of scale
     ``(extent / k) / epsilon`` per attribute with ``noise="laplace"`` (:mod:`microagg.kernels.noise`).
 
@@ -136,7 +144,7 @@ def released_table(X, labels, row_id, k, aggregate="mean", noise="none", epsilon
     so the in-memory and the distributed release draw the same noise for the same group.
     """
     n_groups = int(labels.max()) + 1 if len(labels) else 0
-    table = centroids(X, labels, n_groups, aggregate)
+    table = centroids(X, labels, n_groups, aggregate, weights)
     if noise == "laplace" and n_groups:
         scale = noise_kernels.group_extents(X, labels, n_groups) / k / epsilon
         keys = noise_kernels.group_keys(np.ascontiguousarray(row_id, dtype=np.int64), labels, n_groups)
@@ -153,7 +161,7 @@ def where_mask(frame, release_where):
 
 def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggregate="mean", *,
               refine="none", method_options=None, refine_options=None, seed=0, noise="none", epsilon=None,
-              release_where=None, **blocking):
+              release_where=None, weights=None, **blocking):
     """Microaggregate a DataFrame: QI columns replaced by their group's centroid.
 
     Parameters
@@ -165,7 +173,10 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     quasi_identifiers : list of column names; default every numeric column not in ``identifiers``
     method : str, see ``microagg.METHODS``
     identifiers : direct identifiers, dropped from the result
-    aggregate : "mean" (default) or "median": the centroid that replaces each group's values
+    aggregate : "mean" (default), "median" or "trimmed" (the mean of the central 60% of a group's
+        weight): the centroid that replaces each group's values
+    weights : a numeric column of survey weights (finite, > 0) that weights the aggregate; kept in the
+        result unchanged
     refine, method_options, refine_options, seed : see :func:`partition`
     noise, epsilon : ``noise="laplace"`` adds Laplace noise of scale ``(extent / k) / epsilon`` to each
         group's released value, attribute by attribute, one draw per group (reproducible from ``seed``;
@@ -191,7 +202,7 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
             quasi_identifiers=tuple(quasi_identifiers) if quasi_identifiers is not None else None,
             method_options=tuple(sorted((method_options or {}).items())),
             refine_options=tuple(sorted((refine_options or {}).items())), seed=seed, noise=noise,
-            epsilon=epsilon, release_where=release_where, **blocking,
+            epsilon=epsilon, release_where=release_where, weights=weights, **blocking,
         )
         return build_release(df, options)[0]
     if not isinstance(df, pd.DataFrame):
@@ -202,13 +213,18 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     if non_numeric:
         raise non_numeric_error(non_numeric[0], df[non_numeric[0]].head(1000))
     check_release_where(release_where, qi, df.iloc[:0])
+    check_weights(weights, df.dtypes, qi, ids)
+    w = None
+    if weights is not None:
+        w = df[weights].to_numpy(dtype=np.float64)
+        check_weight_values(weights, int((~(np.isfinite(w) & (w > 0))).sum()))
     k = check_k(k, len(df))
     Solver.build(method, method_options, refine, refine_options, seed)  # fail before any work
     X = np.ascontiguousarray(df[qi].to_numpy(dtype=np.float64))
     Z, _, _ = standardize(X, qi)
     labels = partition(Z, k, method, refine=refine, standardized=True, method_options=method_options,
                        refine_options=refine_options, seed=seed, **blocking)
-    released = released_table(X, labels, np.arange(len(X)), k, aggregate, noise, epsilon, seed)[labels]
+    released = released_table(X, labels, np.arange(len(X)), k, aggregate, noise, epsilon, seed, w)[labels]
     out = df.drop(columns=ids).copy()
     for j, name in enumerate(qi):
         out[name] = released[:, j]

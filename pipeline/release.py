@@ -53,6 +53,8 @@ from .validation import (
     check_finite,
     check_noise,
     check_release_where,
+    check_weight_values,
+    check_weights,
     check_k,
     non_numeric_error,
     resolve_columns,
@@ -86,6 +88,7 @@ class ReleaseOptions:
     noise: str = "none"                 # "laplace": noise on each released group value (kernels/noise.py)
     epsilon: float | None = None        # the noise's privacy budget
     release_where: str | None = None    # release only the rows whose released QI values meet this condition
+    weights: str | None = None          # a survey-weight column weighting the aggregate
 
 
 @dataclass
@@ -131,12 +134,13 @@ def plan(ddf, options):
         column = non_numeric[0]
         raise non_numeric_error(column, ddf[column].head(1000))  # first partition only
     check_release_where(options.release_where, qi, ddf._meta)
+    check_weights(options.weights, ddf.dtypes, qi, ids)
     return qi, ids
 
 
 # --- stage 2: statistics ---------------------------------------------------------------------------
 
-def _partition_sums(part, qi):
+def _partition_sums(part, qi, weights=None):
     try:
         X = np.ascontiguousarray(part[qi].to_numpy(dtype=np.float64))
     except (TypeError, ValueError) as exc:
@@ -144,17 +148,23 @@ def _partition_sums(part, qi):
     sums = stats.chunk(X)
     finite = np.isfinite(X).all(axis=1)
     F = X[finite]
-    return sums, F.sum(axis=0), F.T @ F  # plain float cross-products: for the reported covariance only
+    bad = 0
+    if weights is not None:
+        w = part[weights].to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = int((~(np.isfinite(w) & (w > 0))).sum())
+    # plain float cross-products: for the reported covariance only
+    return sums, F.sum(axis=0), F.T @ F, bad
 
 
-def column_statistics(ddf, qi):
-    """One pass: exact sums (mean, std), non-finite checks, partition lengths and the covariance.
+def column_statistics(ddf, qi, weights=None):
+    """One pass: exact sums (mean, std), non-finite checks (and of the ``weights`` column), partition
+    lengths and the covariance.
 
     Returns ``(rows, mean, std, lengths, covariance)``; the covariance (population, of the raw QIs)
     is reported, never used to decide anything, so its last bits may depend on the partitioning.
     """
     try:
-        parts = dask.compute(*[dask.delayed(_partition_sums)(p, qi) for p in ddf.to_delayed()])
+        parts = dask.compute(*[dask.delayed(_partition_sums)(p, qi, weights) for p in ddf.to_delayed()])
     except ValueError as exc:
         if "Mismatched dtypes" in str(exc):
             raise InputError(
@@ -165,6 +175,7 @@ def column_statistics(ddf, qi):
     chunks = [p[0] for p in parts]
     total = stats.combine(chunks)
     check_finite(qi, total)
+    check_weight_values(weights, sum(p[3] for p in parts))
     mean, std = stats.finalize(total)
     lengths = [c.rows for c in chunks]
     n = max(total.rows, 1)
@@ -226,12 +237,14 @@ class _Job:
 
 class Rows(NamedTuple):
     """Rows in transit to their task, as arrays (no DataFrame shuffles): global row ids, leaves,
-    raw QI values and, on their way to an upper plane, their task's release-wide group ids."""
+    raw QI values, on their way to an upper plane their task's release-wide group ids, and their
+    survey weights if the aggregate is weighted."""
 
     row_id: np.ndarray
     leaf: np.ndarray
     values: np.ndarray
     group: np.ndarray | None = None
+    weight: np.ndarray | None = None
 
 
 class Released(NamedTuple):
@@ -252,11 +265,10 @@ def _concat(pieces, width):
         return Rows(np.empty(0, np.int64), np.empty(0, np.int64), np.empty((0, width)))
     row_id = np.concatenate([p.row_id for p in pieces])
     order = None if (np.diff(row_id) > 0).all() else np.argsort(row_id, kind="stable")
-    fields = [row_id, np.concatenate([p.leaf for p in pieces]), np.concatenate([p.values for p in pieces])]
-    if pieces[0].group is not None:
-        fields.append(np.concatenate([p.group for p in pieces]))
+    fields = [row_id] + [None if f is None else np.concatenate([p[i] for p in pieces])
+                         for i, f in enumerate(pieces[0]) if i > 0]
     if order is not None:
-        fields = [f[order] for f in fields]
+        fields = [None if f is None else f[order] for f in fields]
     return Rows(*fields)
 
 
@@ -271,7 +283,9 @@ def _route(part, job):
     """An input partition's rows, routed to their leaves and cut into one piece per task."""
     X, Z = _standardized(part, list(job.qi), job.mean, job.std)
     leaf = job.tree.route(Z)
-    rows = Rows(part[ROW_ID].to_numpy(dtype=np.int64), leaf, X)
+    weights = job.options.weights
+    weight = None if weights is None else part[weights].to_numpy(dtype=np.float64)
+    rows = Rows(part[ROW_ID].to_numpy(dtype=np.int64), leaf, X, None, weight)
     return _split(rows, job.tree.leaf_task[leaf], job.tree.n_tasks)
 
 
@@ -280,7 +294,8 @@ def _release(rows, labels, job, gain):
     if not len(labels):
         return Released(rows.row_id, labels, np.empty((0, len(job.qi))), summarize(rows, labels, None, job, gain))
     o = job.options
-    table = released_table(rows.values, labels, rows.row_id, o.k, o.aggregate, o.noise, o.epsilon, o.seed)
+    table = released_table(rows.values, labels, rows.row_id, o.k, o.aggregate, o.noise, o.epsilon, o.seed,
+                           rows.weight)
     return Released(rows.row_id, labels, table, summarize(rows, labels, table, job, gain))
 
 
@@ -353,7 +368,8 @@ def solve_blocks(frame, qi, n_rows, mean, std, options):
     log.info("split tree: %d blocks in %d tasks, %d upper planes (sample of %d rows) in %.2f s",
              tree.n_leaves, tree.n_tasks, len(tree.upper), len(sample), time.perf_counter() - start)
     job = delayed(_Job(tuple(qi), mean, std, tree, options), name=f"microagg-job-{uuid.uuid4().hex}")
-    routed = [delayed(_route, pure=True)(part, job) for part in frame[[ROW_ID, *qi]].to_delayed()]
+    columns = [ROW_ID, *qi] + ([options.weights] if options.weights else [])
+    routed = [delayed(_route, pure=True)(part, job) for part in frame[columns].to_delayed()]
     tasks = [delayed(_solve_task, pure=True)(job, t, *(r[t] for r in routed)) for t in range(tree.n_tasks)]
     released = [t[0] for t in tasks]
     if len(tree.upper):
@@ -564,7 +580,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         # and kept in memory (spilled if need be) for every pass, the final write included.
         # (Local schedulers re-read: persisting a Parquet read there loses partitions in dask 2026.8.)
         source = persisted(ddf)[0] if _client() is not None else ddf
-        n_rows, mean, std, lengths, covariance = column_statistics(source, qi)
+        n_rows, mean, std, lengths, covariance = column_statistics(source, qi, options.weights)
         check_k(options.k, n_rows)
         frame = with_row_ids(source, lengths)
     with timings.stage("blocks"):
@@ -583,6 +599,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         "refine_options": dict(options.refine_options),
         "stitch": options.stitch,
         "aggregate": options.aggregate,
+        "weights": options.weights,
         "order": options.order,
         "seed": options.seed,
         "quasi_identifiers": qi,

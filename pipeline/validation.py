@@ -10,7 +10,7 @@ import pandas as pd
 from .blocking import ORDERS
 from .errors import InputError
 
-AGGREGATES = ("mean", "median")
+AGGREGATES = ("mean", "median", "trimmed")
 NOISES = ("none", "laplace")
 
 
@@ -23,6 +23,25 @@ def check_k(k, n_rows=None):
     if n_rows is not None and n_rows < k:
         raise InputError(f"the input has {n_rows} rows, fewer than k={k}: no group of k records can be formed")
     return int(k)
+
+
+def check_weights(weights, dtypes, qi, identifiers):
+    """The survey-weight column: present, numeric, neither a quasi-identifier nor an identifier."""
+    if weights is None:
+        return
+    if weights not in dtypes.index:
+        raise InputError(f"weights column {weights!r} is not in the input; columns: {list(dtypes.index)}")
+    if not pd.api.types.is_numeric_dtype(dtypes[weights]) or pd.api.types.is_bool_dtype(dtypes[weights]):
+        raise InputError(f"weights column {weights!r} is not numeric (dtype {dtypes[weights]})")
+    if weights in qi or weights in identifiers:
+        raise InputError(f"weights column {weights!r} is also a quasi-identifier or an identifier")
+
+
+def check_weight_values(weights, bad):
+    """``bad``: count of rows whose weight is missing, infinite, zero or negative."""
+    if bad:
+        raise InputError(f"weights column {weights!r}: {bad} row(s) hold a weight that is missing, infinite, "
+                         f"zero or negative; weights must be finite and > 0")
 
 
 def check_noise(noise, epsilon):

@@ -129,47 +129,42 @@ def _anonymize(args, source, release, workers, threads, *extra):
     return total, report
 
 
-def methods(args):
-    """The block methods of issue 4 on the same extract: IL, end-to-end and block-stage seconds."""
-    from microagg.jobs.cluster import local_shape
-
-    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
-    source = make_extract(args.rows, root)
-    workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
-    print(f"{args.rows:,} rows x 13 QIs, k={args.k}, default options; {workers} worker(s) x {threads} thread(s)\n")
-    print("| method | IL % | end to end s | blocks stage s | vs mdav |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    base = None
-    for method in args.methods.split(","):
-        total, report = _anonymize(args, source, root / f"release-{method}", workers, threads, "--method", method)
-        base = base or total
-        print(f"| {method} | {report['information_loss']:.4f} | {total:.1f} | {report['timings']['blocks']:.1f} | "
-              f"{total / base:.1f}x |", flush=True)
-
-
-MODES = {
-    "plain": [],
-    "noise": ["--noise", "laplace", "--epsilon", "1"],
-    "where": ["--release-where", "q0 >= 0 and q1 <= 1"],
-}
-
-
-def modes(args):
-    """The release modes of issue 5 against the plain release on the same extract."""
+def _variants(args, variants):
+    """The CLI end to end on the same extract once per ``(label, extra options)``: a Markdown table of
+    IL, rows released, end-to-end and block-stage seconds, and the ratio to the first variant."""
     from microagg.jobs.cluster import local_shape
 
     root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
     source = make_extract(args.rows, root)
     workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
     print(f"{args.rows:,} rows x 13 QIs, k={args.k}; {workers} worker(s) x {threads} thread(s)\n")
-    print("| mode | options | IL % | rows released | end to end s | vs plain |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    print("| variant | options | IL % | rows released | end to end s | blocks stage s | vs first |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     base = None
-    for name in args.modes.split(","):
-        total, report = _anonymize(args, source, root / f"release-{name}", workers, threads, *MODES[name])
+    for label, extra in variants:
+        total, report = _anonymize(args, source, root / f"release-{label}", workers, threads, *extra)
         base = base or total
-        print(f"| {name} | `{' '.join(MODES[name])}` | {report['information_loss']:.4f} | "
-              f"{report['rows_released']:,} | {total:.1f} | {total / base:.2f}x |", flush=True)
+        print(f"| {label} | `{' '.join(extra)}` | {report['information_loss']:.4f} | {report['rows_released']:,} | "
+              f"{total:.1f} | {report['timings']['blocks']:.1f} | {total / base:.2f}x |", flush=True)
+
+
+def methods(args):
+    """The block methods of issue 4 on the same extract."""
+    _variants(args, [(m, ["--method", m]) for m in args.methods.split(",")])
+
+
+MODES = {
+    "plain": [],
+    "noise": ["--noise", "laplace", "--epsilon", "1"],
+    "where": ["--release-where", "q0 >= 0 and q1 <= 1"],
+    "median": ["--aggregate", "median"],
+    "trimmed": ["--aggregate", "trimmed"],
+}
+
+
+def modes(args):
+    """The release modes of issue 5 against the plain release on the same extract."""
+    _variants(args, [(m, MODES[m]) for m in args.modes.split(",")])
 
 
 def scale(args):
