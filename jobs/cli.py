@@ -34,6 +34,12 @@ def _add_anonymize(sub):
     p.add_argument("--aggregate", default="mean", choices=("mean", "median", "trimmed"),
                    help="the centroid that replaces a group's values (default mean); trimmed: the mean of "
                         "the central 60%% of the group's weight")
+    p.add_argument("--strata", default=None, metavar="COL,...",
+                   help="microaggregate separately inside each stratum (each distinct combination of "
+                        "these columns' values); every group lies inside one stratum")
+    p.add_argument("--small-strata", default="error", choices=("error", "merge"),
+                   help="a stratum with fewer than k rows: an error naming it (default), or merge it into "
+                        "the stratum with the nearest QI means (recorded in the report)")
     p.add_argument("--weights", default=None, metavar="COL",
                    help="survey weights (a numeric column, finite and > 0) weighting the aggregate; kept unchanged")
     p.add_argument("--noise", default="none", choices=("none", "laplace"),
@@ -117,6 +123,8 @@ def _anonymize(args):
         identifiers=tuple(c.strip() for c in args.identifiers.split(",") if c.strip()),
         aggregate=args.aggregate,
         weights=args.weights,
+        strata=tuple(c.strip() for c in args.strata.split(",") if c.strip()) if args.strata else (),
+        small_strata=args.small_strata,
         rows_per_file=args.rows_per_file,
         refine=args.refine,
         method_options=_given(args, grow="grow", gamma="gamma", eps="eps", mhm_order="mhm_order"),

@@ -90,6 +90,19 @@ def partition(X, k, method="mdav", *, refine="none", standardized=False, method_
     return _labels_checked(solve_block(Z, k, solver), X.shape[0], k)
 
 
+def _stratified_partition(df, X, Z, mean, std, qi, ids, k, method, method_options, refine, refine_options, seed,
+                          strata, small_strata, blocking):
+    """Labels of the blocked solve with one split tree per stratum (the distributed pipeline's)."""
+    from .strata import check_strata, partition_counts, plan_strata
+
+    check_strata(strata, small_strata, df.dtypes, qi, ids)
+    plan = plan_strata(strata, [partition_counts(df, strata, qi)], qi, mean, std, k, small_strata)
+    solver = Solver.build(method, method_options, refine, refine_options, seed)
+    blocks, stitching = _blocking(blocking or {"stitch": "light"}, k, seed)
+    labels, _ = blocked_partition(Z, k, solver, stitching, blocks, stratum=plan.codes(df), n_strata=plan.n_trees)
+    return _labels_checked(labels, X.shape[0], k)
+
+
 def _blocking(options, k, seed):
     """``(plan, stitching)`` of the blocked solve, or ``(None, None)`` without blocking options."""
     if not options:
@@ -161,7 +174,7 @@ def where_mask(frame, release_where):
 
 def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggregate="mean", *,
               refine="none", method_options=None, refine_options=None, seed=0, noise="none", epsilon=None,
-              release_where=None, weights=None, **blocking):
+              release_where=None, weights=None, strata=None, small_strata="error", **blocking):
     """Microaggregate a DataFrame: QI columns replaced by their group's centroid.
 
     Parameters
@@ -175,6 +188,10 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     identifiers : direct identifiers, dropped from the result
     aggregate : "mean" (default), "median" or "trimmed" (the mean of the central 60% of a group's
         weight): the centroid that replaces each group's values
+    strata : columns whose distinct values are microaggregated separately (every group inside one
+        stratum); the solve is then blocked (default blocking options), as in the distributed pipeline
+    small_strata : "error" (default) for a stratum with fewer than k rows, or "merge" it into the
+        stratum with the nearest QI means
     weights : a numeric column of survey weights (finite, > 0) that weights the aggregate; kept in the
         result unchanged
     refine, method_options, refine_options, seed : see :func:`partition`
@@ -202,7 +219,8 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
             quasi_identifiers=tuple(quasi_identifiers) if quasi_identifiers is not None else None,
             method_options=tuple(sorted((method_options or {}).items())),
             refine_options=tuple(sorted((refine_options or {}).items())), seed=seed, noise=noise,
-            epsilon=epsilon, release_where=release_where, weights=weights, **blocking,
+            epsilon=epsilon, release_where=release_where, weights=weights, strata=tuple(strata or ()),
+            small_strata=small_strata, **blocking,
         )
         return build_release(df, options)[0]
     if not isinstance(df, pd.DataFrame):
@@ -221,9 +239,13 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     k = check_k(k, len(df))
     Solver.build(method, method_options, refine, refine_options, seed)  # fail before any work
     X = np.ascontiguousarray(df[qi].to_numpy(dtype=np.float64))
-    Z, _, _ = standardize(X, qi)
-    labels = partition(Z, k, method, refine=refine, standardized=True, method_options=method_options,
-                       refine_options=refine_options, seed=seed, **blocking)
+    Z, mean, std = standardize(X, qi)
+    if strata:
+        labels = _stratified_partition(df, X, Z, mean, std, qi, ids, k, method, method_options, refine,
+                                       refine_options, seed, tuple(strata), small_strata, blocking)
+    else:
+        labels = partition(Z, k, method, refine=refine, standardized=True, method_options=method_options,
+                           refine_options=refine_options, seed=seed, **blocking)
     released = released_table(X, labels, np.arange(len(X)), k, aggregate, noise, epsilon, seed, w)[labels]
     out = df.drop(columns=ids).copy()
     for j, name in enumerate(qi):

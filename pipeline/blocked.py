@@ -30,41 +30,48 @@ class Blocking:
     sample_rows: int | None = None
 
 
-def blocked_partition(Z, k, solver, settings, plan=Blocking(), threads=None):
+def blocked_partition(Z, k, solver, settings, plan=Blocking(), threads=None, stratum=None, n_strata=1):
     """Labels (``0..g-1``) of the blocked solve of the standardized rows ``Z``, and a summary.
 
-    ``solver`` is a :class:`pipeline.solver.Solver`, ``settings`` a :class:`pipeline.stitch.Stitching`.
-    Returns ``(labels, info)`` with ``info`` = blocks, tasks, upper planes, stitching SSE gain.
+    ``solver`` is a :class:`pipeline.solver.Solver`, ``settings`` a :class:`pipeline.stitch.Stitching`;
+    ``stratum`` (codes ``0..n_strata-1`` per row, see :mod:`pipeline.strata`) solves each stratum
+    with its own split tree. Returns ``(labels, info)`` with ``info`` = blocks, tasks, upper planes,
+    stitching SSE gain.
     """
     n = Z.shape[0]
     row_ids = np.arange(n, dtype=np.int64)
     fraction, threshold = blocking.sample_plan(n, plan.block_size, plan.sample_rows)
     sample = row_ids if threshold is None else np.flatnonzero(kernels.sample_mask(row_ids, plan.seed, threshold))
-    tree = blocking.build_tree(np.ascontiguousarray(Z[sample]), fraction, plan.block_size,
-                               plan.blocks_per_task * plan.block_size, k, plan.order)
-    leaf = tree.route(Z)
-    task_of_row = tree.leaf_task[leaf]
+    forest = blocking.build_forest(np.ascontiguousarray(Z[sample]), None if stratum is None else stratum[sample],
+                                   n_strata, fraction, plan.block_size, plan.blocks_per_task * plan.block_size, k,
+                                   plan.order)
+    leaf = forest.route(Z, stratum)
+    task_of_row = forest.leaf_task[leaf]
     order = np.argsort(task_of_row, kind="stable")  # rows of each task together, in row-id order
-    bounds = np.searchsorted(task_of_row[order], np.arange(tree.n_tasks + 1))
+    bounds = np.searchsorted(task_of_row[order], np.arange(forest.n_tasks + 1))
 
     def solve(task):
         rows = order[bounds[task]:bounds[task + 1]]
         if not len(rows):
             return rows, None
-        return rows, stitch.solve_task(np.ascontiguousarray(Z[rows]), leaf[rows], tree, task, k, solver, settings)
+        tree, local, leaf_offset, tag_offset = forest.local_task(task)
+        labels, plane, gain = stitch.solve_task(np.ascontiguousarray(Z[rows]), leaf[rows] - leaf_offset, tree, local,
+                                                k, solver, settings, tag_offset)
+        plane = np.where(plane < 0, -1, plane + forest.upper_offset[forest.task_stratum[task]])
+        return rows, (labels, plane, gain)
 
     group = np.empty(n, dtype=np.int64)
     plane = np.empty(n, dtype=np.int64)
     gain = 0.0
     with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
-        for task, (rows, solved) in enumerate(pool.map(solve, range(tree.n_tasks))):
+        for task, (rows, solved) in enumerate(pool.map(solve, range(forest.n_tasks))):
             if solved is not None:
                 labels, plane[rows], task_gain = solved
                 group[rows] = stitch.task_group(task, labels)
                 gain += task_gain
 
         by_plane = np.argsort(plane, kind="stable")  # rows of each upper plane together, in row-id order
-        plane_bounds = np.searchsorted(plane[by_plane], np.arange(len(tree.upper) + 1))
+        plane_bounds = np.searchsorted(plane[by_plane], np.arange(forest.n_upper + 1))
 
         def stitch_plane(position):
             rows = by_plane[plane_bounds[position]:plane_bounds[position + 1]]
@@ -72,11 +79,11 @@ def blocked_partition(Z, k, solver, settings, plan=Blocking(), threads=None):
                 return rows, None
             return rows, stitch.stitch_upper(np.ascontiguousarray(Z[rows]), group[rows], k, solver, settings)
 
-        for position, (rows, stitched) in enumerate(pool.map(stitch_plane, range(len(tree.upper)))):
+        for position, (rows, stitched) in enumerate(pool.map(stitch_plane, range(forest.n_upper))):
             if stitched is not None:
                 labels, plane_gain = stitched
-                group[rows] = stitch.upper_group(tree, position, labels)
+                group[rows] = stitch.upper_group(forest, position, labels)
                 gain += plane_gain
-    info = {"blocks": tree.n_leaves, "tasks": tree.n_tasks, "upper_planes": len(tree.upper),
+    info = {"blocks": forest.n_leaves, "tasks": forest.n_tasks, "upper_planes": forest.n_upper,
             "stitch_sse_gain": gain}
     return stitch.compact(group), info

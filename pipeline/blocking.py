@@ -151,3 +151,68 @@ def build_tree(Z, fraction, block_size, task_rows, k, order="kd"):
     tree.upper = np.array(upper, dtype=np.int64)
     tree.task_ancestors = ancestors
     return tree
+
+
+@dataclass
+class Forest:
+    """One split tree per stratum, numbered as one: the leaves, tasks and upper planes of stratum
+    ``s`` follow those of the strata before it, so ids are release-wide. Without strata it is one
+    tree and every id is the tree's own (releases without strata do not change).
+    """
+
+    trees: list
+
+    def __post_init__(self):
+        self.leaf_offset = np.cumsum([0] + [t.n_leaves for t in self.trees])
+        self.task_offset = np.cumsum([0] + [t.n_tasks for t in self.trees])
+        self.upper_offset = np.cumsum([0] + [len(t.upper) for t in self.trees])
+        # seed tags of a tree range over its leaves and nodes (a small leaf joining its sibling)
+        self.tag_offset = np.cumsum([0] + [t.n_leaves + len(t.thresholds) for t in self.trees])
+        self.leaf_task = np.concatenate([t.leaf_task + o for t, o in zip(self.trees, self.task_offset)])
+        self.task_ancestors = [[int(p) + int(o) for p in path]
+                               for t, o in zip(self.trees, self.upper_offset) for path in t.task_ancestors]
+        self.task_stratum = np.repeat(np.arange(len(self.trees)), [t.n_tasks for t in self.trees])
+
+    @property
+    def n_leaves(self):
+        return int(self.leaf_offset[-1])
+
+    @property
+    def n_tasks(self):
+        return int(self.task_offset[-1])
+
+    @property
+    def n_upper(self):
+        return int(self.upper_offset[-1])
+
+    def route(self, Z, stratum=None):
+        """Release-wide leaf of every row; ``stratum`` (int codes) is required with several trees."""
+        if len(self.trees) == 1:
+            return self.trees[0].route(Z)
+        leaf = np.empty(Z.shape[0], dtype=np.int64)
+        for s in np.unique(stratum):
+            rows = np.flatnonzero(stratum == s)
+            leaf[rows] = self.leaf_offset[s] + self.trees[s].route(np.ascontiguousarray(Z[rows]))
+        return leaf
+
+    def local_task(self, task):
+        """``(tree, its task id, leaf offset, seed-tag offset)`` of release-wide task ``task``."""
+        s = int(self.task_stratum[task])
+        return self.trees[s], task - int(self.task_offset[s]), int(self.leaf_offset[s]), int(self.tag_offset[s])
+
+    def local_plane(self, position):
+        """``(tree, its position in tree.upper)`` of release-wide upper plane ``position``."""
+        s = int(np.searchsorted(self.upper_offset, position, side="right") - 1)
+        return self.trees[s], position - int(self.upper_offset[s])
+
+
+def build_forest(Z, stratum, n_strata, fraction, block_size, task_rows, k, order="kd"):
+    """A :class:`Forest` from the sample ``Z`` (rows in row-id order) and the sample rows' strata
+    (``stratum``, codes ``0..n_strata-1``; None: one stratum)."""
+    if stratum is None:
+        return Forest([build_tree(Z, fraction, block_size, task_rows, k, order)])
+    trees = []
+    for s in range(n_strata):
+        rows = np.ascontiguousarray(Z[stratum == s])
+        trees.append(build_tree(rows, fraction, block_size, task_rows, k, order if len(rows) > 1 else "kd"))
+    return Forest(trees)

@@ -44,6 +44,7 @@ import pandas as pd
 from .. import kernels
 from ..kernels import groups
 from . import blocking, io, stats, stitch
+from .strata import check_strata, partition_counts, plan_strata
 from .api import released_table, where_mask
 from .errors import InputError, ReleaseGateError
 from .solver import Solver
@@ -89,6 +90,8 @@ class ReleaseOptions:
     epsilon: float | None = None        # the noise's privacy budget
     release_where: str | None = None    # release only the rows whose released QI values meet this condition
     weights: str | None = None          # a survey-weight column weighting the aggregate
+    strata: tuple = ()                  # columns whose distinct values are solved separately
+    small_strata: str = "error"         # a stratum below k rows: "error" or "merge" (into the nearest)
 
 
 @dataclass
@@ -135,12 +138,13 @@ def plan(ddf, options):
         raise non_numeric_error(column, ddf[column].head(1000))  # first partition only
     check_release_where(options.release_where, qi, ddf._meta)
     check_weights(options.weights, ddf.dtypes, qi, ids)
+    check_strata(options.strata, options.small_strata, ddf.dtypes, qi, ids)
     return qi, ids
 
 
 # --- stage 2: statistics ---------------------------------------------------------------------------
 
-def _partition_sums(part, qi, weights=None):
+def _partition_sums(part, qi, weights=None, strata=()):
     try:
         X = np.ascontiguousarray(part[qi].to_numpy(dtype=np.float64))
     except (TypeError, ValueError) as exc:
@@ -152,19 +156,20 @@ def _partition_sums(part, qi, weights=None):
     if weights is not None:
         w = part[weights].to_numpy(dtype=np.float64, na_value=np.nan)
         bad = int((~(np.isfinite(w) & (w > 0))).sum())
+    evidence = partition_counts(part, strata, qi) if strata else None
     # plain float cross-products: for the reported covariance only
-    return sums, F.sum(axis=0), F.T @ F, bad
+    return sums, F.sum(axis=0), F.T @ F, bad, evidence
 
 
-def column_statistics(ddf, qi, weights=None):
+def column_statistics(ddf, qi, weights=None, strata=()):
     """One pass: exact sums (mean, std), non-finite checks (and of the ``weights`` column), partition
-    lengths and the covariance.
+    lengths, the covariance and, with ``strata`` columns, the rows and QI sums of every stratum.
 
-    Returns ``(rows, mean, std, lengths, covariance)``; the covariance (population, of the raw QIs)
+    Returns ``(rows, mean, std, lengths, covariance, strata_evidence)``; the covariance (population, of the raw QIs)
     is reported, never used to decide anything, so its last bits may depend on the partitioning.
     """
     try:
-        parts = dask.compute(*[dask.delayed(_partition_sums)(p, qi, weights) for p in ddf.to_delayed()])
+        parts = dask.compute(*[dask.delayed(_partition_sums)(p, qi, weights, tuple(strata)) for p in ddf.to_delayed()])
     except ValueError as exc:
         if "Mismatched dtypes" in str(exc):
             raise InputError(
@@ -181,7 +186,7 @@ def column_statistics(ddf, qi, weights=None):
     n = max(total.rows, 1)
     first = np.sum([p[1] for p in parts], axis=0)
     covariance = np.sum([p[2] for p in parts], axis=0) / n - np.outer(first, first) / n**2
-    return total.rows, mean, std, lengths, covariance
+    return total.rows, mean, std, lengths, covariance, [p[4] for p in parts] if strata else None
 
 
 def _attach_row_id(part, offsets, lengths, partition_info=None):
@@ -204,18 +209,20 @@ def with_row_ids(ddf, lengths):
 
 # --- stage 3: sample, split tree, blocks, kernels, stitching ----------------------------------------
 
-def _sample_rows(part, qi, seed, threshold):
+def _sample_rows(part, columns, seed, threshold):
     if threshold is None:
-        return part[[ROW_ID, *qi]]
+        return part[columns]
     mask = kernels.sample_mask(part[ROW_ID].to_numpy(dtype=np.int64), seed, threshold)
-    return part.loc[mask, [ROW_ID, *qi]]
+    return part.loc[mask, columns]
 
 
 def draw_sample(frame, qi, n_rows, options):
-    """The deterministic sample behind the split tree: ``(fraction, rows sorted by row id)``."""
+    """The deterministic sample behind the split tree: ``(fraction, rows sorted by row id)``, with
+    the QIs and the strata columns."""
     fraction, threshold = blocking.sample_plan(n_rows, options.block_size, options.sample_rows)
-    meta = frame._meta[[ROW_ID, *qi]]
-    sample = frame.map_partitions(_sample_rows, qi, options.seed, threshold, meta=meta).compute()
+    columns = [ROW_ID, *qi, *options.strata]
+    meta = frame._meta[columns]
+    sample = frame.map_partitions(_sample_rows, columns, options.seed, threshold, meta=meta).compute()
     return fraction, sample.sort_values(ROW_ID, kind="stable")
 
 
@@ -231,8 +238,9 @@ class _Job:
     qi: tuple
     mean: np.ndarray
     std: np.ndarray
-    tree: blocking.SplitTree
+    forest: blocking.Forest
     options: ReleaseOptions
+    strata: object = None               # pipeline.strata.Strata, or None
 
 
 class Rows(NamedTuple):
@@ -282,11 +290,11 @@ def _split(rows, key, n_keys):
 def _route(part, job):
     """An input partition's rows, routed to their leaves and cut into one piece per task."""
     X, Z = _standardized(part, list(job.qi), job.mean, job.std)
-    leaf = job.tree.route(Z)
+    leaf = job.forest.route(Z, job.strata.codes(part) if job.strata else None)
     weights = job.options.weights
     weight = None if weights is None else part[weights].to_numpy(dtype=np.float64)
     rows = Rows(part[ROW_ID].to_numpy(dtype=np.int64), leaf, X, None, weight)
-    return _split(rows, job.tree.leaf_task[leaf], job.tree.n_tasks)
+    return _split(rows, job.forest.leaf_task[leaf], job.forest.n_tasks)
 
 
 def _release(rows, labels, job, gain):
@@ -306,14 +314,17 @@ def _solve_task(job, task, *pieces):
     lie near an upper split plane go, unreleased, to that plane's stitching task.
     """
     rows = _concat(pieces, len(job.qi))
-    ancestors = job.tree.task_ancestors[task]
+    forest = job.forest
+    ancestors = forest.task_ancestors[task]
     if not len(rows.row_id):
         return [_release(rows, rows.leaf, job, 0.0)] + [rows] * len(ancestors)
     options = job.options
     Z = kernels.standardize(rows.values, job.mean, job.std)
-    labels, plane, gain = stitch.solve_task(Z, rows.leaf, job.tree, task, options.k, solver_of(options),
-                                            stitch.STITCHING[options.stitch])
-    slot = np.zeros(max(len(job.tree.upper), 1), dtype=np.int64)
+    tree, local, leaf_offset, tag_offset = forest.local_task(task)
+    labels, plane, gain = stitch.solve_task(Z, rows.leaf - leaf_offset, tree, local, options.k, solver_of(options),
+                                            stitch.STITCHING[options.stitch], tag_offset)
+    plane = np.where(plane < 0, -1, plane + forest.upper_offset[forest.task_stratum[task]])
+    slot = np.zeros(max(forest.n_upper, 1), dtype=np.int64)
     slot[np.asarray(ancestors, dtype=np.int64)] = np.arange(1, len(ancestors) + 1)
     key = np.where(plane < 0, 0, slot[np.maximum(plane, 0)])  # 0: released here; 1 + i: i-th ancestor plane
     out = _split(rows._replace(group=stitch.task_group(task, labels)), key, len(ancestors) + 1)
@@ -352,32 +363,35 @@ def persisted(*objs):
     return objs
 
 
-def solve_blocks(frame, qi, n_rows, mean, std, options):
+def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None):
     """Sample -> split tree -> route -> one task per subtree -> kernels -> stitched release.
 
     The rows travel between stages as arrays (:class:`Rows`) in explicit task graphs: every input
     partition is cut into one piece per task, every task into its released rows plus one piece per
-    upper plane above it. Returns ``(released, tree)``: a list of delayed :class:`Rows` (every group
-    lies wholly inside one of them) and the split tree.
+    upper plane above it. With ``strata`` (:class:`pipeline.strata.Strata`) each stratum has its own
+    tree. Returns ``(released, forest)``: a list of delayed :class:`Released` (every group lies
+    wholly inside one of them) and the :class:`pipeline.blocking.Forest`.
     """
     start = time.perf_counter()
     fraction, sample = draw_sample(frame, qi, n_rows, options)
     _, Zs = _standardized(sample, qi, mean, std)
     task_rows = options.blocks_per_task * options.block_size
-    tree = blocking.build_tree(Zs, fraction, options.block_size, task_rows, options.k, options.order)
+    codes = strata.codes(sample) if strata else None
+    tree = blocking.build_forest(Zs, codes, strata.n_trees if strata else 1, fraction, options.block_size,
+                                 task_rows, options.k, options.order)
     log.info("split tree: %d blocks in %d tasks, %d upper planes (sample of %d rows) in %.2f s",
-             tree.n_leaves, tree.n_tasks, len(tree.upper), len(sample), time.perf_counter() - start)
-    job = delayed(_Job(tuple(qi), mean, std, tree, options), name=f"microagg-job-{uuid.uuid4().hex}")
-    columns = [ROW_ID, *qi] + ([options.weights] if options.weights else [])
+             tree.n_leaves, tree.n_tasks, tree.n_upper, len(sample), time.perf_counter() - start)
+    job = delayed(_Job(tuple(qi), mean, std, tree, options, strata), name=f"microagg-job-{uuid.uuid4().hex}")
+    columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
     routed = [delayed(_route, pure=True)(part, job) for part in frame[columns].to_delayed()]
     tasks = [delayed(_solve_task, pure=True)(job, t, *(r[t] for r in routed)) for t in range(tree.n_tasks)]
     released = [t[0] for t in tasks]
-    if len(tree.upper):
-        pieces = [[] for _ in tree.upper]
+    if tree.n_upper:
+        pieces = [[] for _ in range(tree.n_upper)]
         for t, solved in enumerate(tasks):
             for slot, position in enumerate(tree.task_ancestors[t]):
                 pieces[position].append(solved[1 + slot])
-        released += [delayed(_stitch_upper, pure=True)(job, p, *pieces[p]) for p in range(len(tree.upper))]
+        released += [delayed(_stitch_upper, pure=True)(job, p, *pieces[p]) for p in range(tree.n_upper)]
     return released, tree
 
 
@@ -580,11 +594,14 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         # and kept in memory (spilled if need be) for every pass, the final write included.
         # (Local schedulers re-read: persisting a Parquet read there loses partitions in dask 2026.8.)
         source = persisted(ddf)[0] if _client() is not None else ddf
-        n_rows, mean, std, lengths, covariance = column_statistics(source, qi, options.weights)
+        n_rows, mean, std, lengths, covariance, evidence = column_statistics(source, qi, options.weights,
+                                                                             options.strata)
         check_k(options.k, n_rows)
+        strata = (plan_strata(options.strata, evidence, qi, mean, std, options.k, options.small_strata)
+                  if options.strata else None)
         frame = with_row_ids(source, lengths)
     with timings.stage("blocks"):
-        solved, tree = solve_blocks(frame, qi, n_rows, mean, std, options)
+        solved, tree = solve_blocks(frame, qi, n_rows, mean, std, options, strata)
         solved = persisted(*solved)
     with timings.stage("gate"):
         summaries, block_sizes = gate(solved, options.k, n_rows)
@@ -618,7 +635,8 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         "block_size_target": options.block_size,
         "block_sizes": _distribution(block_sizes),
         "tasks": tree.n_tasks,
-        "upper_planes": len(tree.upper),
+        "upper_planes": tree.n_upper,
+        "strata": strata.describe() if strata else None,
         "stitch_sse_gain": sum(s["stitch_gain"] for s in summaries),
         "noise": options.noise,
         "epsilon": options.epsilon,

@@ -156,8 +156,8 @@ def task_order(leaf, tree, task):
 class _TaskSolver:
     """Solves the leaves of one task and stitches its planes bottom-up on contiguous row ranges."""
 
-    def __init__(self, Z, bounds, tree, k, solver, settings):
-        self.Z, self.bounds, self.tree = Z, bounds, tree
+    def __init__(self, Z, bounds, tree, k, solver, settings, tag_offset=0):
+        self.Z, self.bounds, self.tree, self.tag_offset = Z, bounds, tree, tag_offset
         self.k, self.solver, self.settings = k, solver, settings
         self.labels = np.full(Z.shape[0], -1, dtype=np.int64)
         self.next = 0
@@ -165,7 +165,7 @@ class _TaskSolver:
         self.gain = 0.0
 
     def solve(self, s, e, tag):
-        block = solve_block(self.Z[s:e], self.k, self.solver, tag)
+        block = solve_block(self.Z[s:e], self.k, self.solver, self.tag_offset + tag)
         self.labels[s:e] = block + self.next
         self.next += int(block.max()) + 1
 
@@ -206,8 +206,10 @@ class _TaskSolver:
             self.gain += gain
 
 
-def solve_task(Z, leaf, tree, task, k, solver, settings):
+def solve_task(Z, leaf, tree, task, k, solver, settings, tag_offset=0):
     """One task's rows (in row-id order): its leaves solved, its planes stitched bottom-up.
+
+    ``tag_offset`` shifts the blocks' seed tags (each stratum's tree of a forest has its own range).
 
     A leaf with fewer than k rows (possible when routing by a sample) is merged with its sibling
     before the kernel runs. Returns ``(labels, plane, stitch_gain)``: labels ``0..g-1`` in the rows'
@@ -215,7 +217,7 @@ def solve_task(Z, leaf, tree, task, k, solver, settings):
     stitched across, or -1 (see :func:`assign_upper`).
     """
     order, bounds = task_order(leaf, tree, task)
-    run = _TaskSolver(np.ascontiguousarray(Z[order]), bounds, tree, k, solver, settings)
+    run = _TaskSolver(np.ascontiguousarray(Z[order]), bounds, tree, k, solver, settings, tag_offset)
     s, e, solved = run.visit(int(tree.task_root[task]))
     if not solved:
         run.labels[s:e] = 0  # fewer than k rows in the whole task: the release gate will refuse it

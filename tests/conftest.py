@@ -37,6 +37,18 @@ def microagg_cli(*args, check=False, timeout=300):
     return proc
 
 
+def assert_refused(tmp_path, df, qi, k, flags, message):
+    """``microagg anonymize`` of ``df`` with ``flags`` fails as bad input (exit 2) with ``message``
+    on stderr, and writes nothing."""
+    source = tmp_path / "in.parquet"
+    df.to_parquet(source, index=False)
+    out = tmp_path / "out"
+    proc = microagg_cli("anonymize", source, out, "--k", k, "--qi", ",".join(qi), *flags, "--scheduler", "synchronous")
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert not out.exists()
+
+
 def assert_k_anonymous(released, qi, k):
     counts = released.groupby(qi, sort=False).size()
     assert counts.min() >= k, f"a QI tuple occurs {counts.min()} < k={k} times"

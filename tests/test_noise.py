@@ -10,7 +10,7 @@ import pytest
 
 import microagg
 from microagg.kernels import noise
-from conftest import assert_k_anonymous, microagg_cli
+from conftest import assert_k_anonymous, assert_refused, microagg_cli
 from synthetic import QI, extract
 
 
@@ -102,10 +102,4 @@ def test_release_where_keeps_whole_groups(tmp_path, frame):
     (["--release-where", "q0 >"], "is not a valid condition"),
 ])
 def test_bad_noise_and_where_options_fail_before_anything_is_written(tmp_path, frame, flags, message):
-    source = tmp_path / "in.parquet"
-    frame.iloc[:500].to_parquet(source, index=False)
-    out = tmp_path / "out"
-    proc = microagg_cli("anonymize", source, out, "--k", 5, "--qi", ",".join(QI), *flags, "--scheduler", "synchronous")
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr
-    assert not out.exists()
+    assert_refused(tmp_path, frame.iloc[:500], QI, 5, flags, message)

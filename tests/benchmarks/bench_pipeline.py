@@ -15,7 +15,8 @@ Parquet; the best of three runs) and then ``microagg anonymize`` end to end (the
 included), on the same synthetic extract (person_id, 13 QIs, region, flag: 16 columns), k=5. Prints
 seconds, rows per second, the ratio to the floor, the time per stage, peak RSS per worker and IL.
 
-``modes``: the release modes of issue 5 (plain, Laplace noise, preference range) end to end.
+``modes``: the release modes of issue 5 (plain, Laplace noise, preference range, median and trimmed
+aggregates, strata) end to end.
 
 ``methods``: the CLI end to end with each block method on the same extract (issue 4): IL, seconds
 and the ratio to the first method's seconds.
@@ -159,6 +160,7 @@ MODES = {
     "where": ["--release-where", "q0 >= 0 and q1 <= 1"],
     "median": ["--aggregate", "median"],
     "trimmed": ["--aggregate", "trimmed"],
+    "strata": ["--strata", "region"],
 }
 
 
