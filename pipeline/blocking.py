@@ -103,8 +103,9 @@ def build_tree(Z, fraction, block_size, task_rows, k, order="kd"):
         nonlocal n_leaves
         estimate = len(idx) / fraction
         if estimate > block_size and len(idx) >= 2 * min_child:
-            v = fixed if fixed is not None else principal_direction(Z[idx])
-            p = project(np.ascontiguousarray(Z[idx]), v)
+            cell = Z[idx]  # one gather per node (C-contiguous), for the direction and the projection
+            v = fixed if fixed is not None else principal_direction(cell)
+            p = project(cell, v)
             threshold = float(np.median(p))
             go_left = p <= threshold
             if min_child <= go_left.sum() <= len(idx) - min_child:
