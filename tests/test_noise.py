@@ -80,7 +80,7 @@ def test_release_where_keeps_whole_groups(tmp_path, frame):
     out = tmp_path / "out"
     condition = "q0 >= 0 and q1 < 2"
     proc = microagg_cli("anonymize", source, out, "--k", 5, "--qi", ",".join(QI), "--identifiers", "person_id",
-                        "--block-size", 3000, "--release-where", condition, "--scheduler", "synchronous", check=True)
+                        "--block-size", 3000, "--release-where", condition, "--workers", 2, check=True)
     released = pd.read_parquet(out)
     full = microagg.anonymize(frame, 5, QI, identifiers=["person_id"], block_size=3000)
     expected = full[full.eval(condition)]
