@@ -150,8 +150,9 @@ def _take_group(members, alive, ids, Z, labels, total, group):
 
 
 @jit
-def _compact(Y, ids, alive, m):
-    """Stable compaction of the alive records to the front of the storage; returns the new count."""
+def _compact_carrying(Y, ids, carry, alive, m):
+    """Stable compaction of the alive records to the front of the storage, moving the per-record
+    values ``carry`` along; returns the new count."""
     d = Y.shape[0]
     w = 0
     for i in range(m):
@@ -160,11 +161,18 @@ def _compact(Y, ids, alive, m):
                 for j in range(d):
                     Y[j, w] = Y[j, i]
                 ids[w] = ids[i]
+                carry[w] = carry[i]
             alive[w] = True
             w += 1
     for i in range(w, m):
         alive[i] = False
     return w
+
+
+@jit
+def _compact(Y, ids, alive, m):
+    """Stable compaction of the alive records to the front of the storage; returns the new count."""
+    return _compact_carrying(Y, ids, ids, alive, m)  # ids carried twice: nothing else to move
 
 
 @jit

@@ -66,6 +66,7 @@ import numpy as np
 
 from ._jit import jit
 from .groups import attach_leftovers
+from .mdav import _compact_carrying
 from .select import keep_smallest
 
 
@@ -81,25 +82,6 @@ def _distances_to(Y, m, p, dist):
         for i in range(m):
             t = row[i] - pj
             dist[i] += t * t
-
-
-@jit
-def _compact(Y, ids, far, alive, m):
-    """Stable compaction of the unassigned records to the front of the storage; the new count."""
-    d = Y.shape[0]
-    w = 0
-    for i in range(m):
-        if alive[i]:
-            if w != i:
-                for j in range(d):
-                    Y[j, w] = Y[j, i]
-                ids[w] = ids[i]
-                far[w] = far[i]
-            alive[w] = True
-            w += 1
-    for i in range(w, m):
-        alive[i] = False
-    return w
 
 
 @jit
@@ -185,7 +167,7 @@ def vmdav(Z, k, gamma):
         group += 1
         # assigned records still cost a distance each per pass: compact when they exceed 1/8
         if 8 * (m - left) > m:
-            m = _compact(Y, ids, far, alive, m)
+            m = _compact_carrying(Y, ids, far, alive, m)
     if left > 0:
         attach_leftovers(Z, labels, group)
     return labels

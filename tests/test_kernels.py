@@ -265,10 +265,11 @@ def test_column_stats_independent_of_split(data):
 
 def well_scaled(X):
     """Each column constant or with a spread well above the rounding of its magnitude (so numpy's
-    two-pass std and the exact one give z-scores that agree to many digits)."""
+    two-pass std and the exact one give z-scores that agree to many digits), and not so tiny that
+    its squares are subnormal (around 1e-161 the naive reference loses digits; the exact sums do not)."""
     for col in X.T:
         spread = float(col.std())
-        if spread != 0.0 and spread < 1e-6 * float(np.abs(col).max()):
+        if spread != 0.0 and (spread < 1e-6 * float(np.abs(col).max()) or spread < 1e-150):
             return False
     return True
 
