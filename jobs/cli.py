@@ -34,6 +34,10 @@ def _add_anonymize(sub):
     p.add_argument("--aggregate", default="mean", choices=("mean", "median", "trimmed"),
                    help="the centroid that replaces a group's values (default mean); trimmed: the mean of "
                         "the central 60%% of the group's weight")
+    p.add_argument("--blocks", default=None, metavar="A,B,C;D,E,F",
+                   help="attribute blocks: each block of QI columns is microaggregated on its own, as "
+                        "statistical agencies do; k-anonymity then holds per block (the report gives the real "
+                        "anonymity k' of the whole record and of every pair and triple of blocks)")
     p.add_argument("--strata", default=None, metavar="COL,...",
                    help="microaggregate separately inside each stratum (each distinct combination of "
                         "these columns' values); every group lies inside one stratum")
@@ -125,6 +129,8 @@ def _anonymize(args):
         weights=args.weights,
         strata=tuple(c.strip() for c in args.strata.split(",") if c.strip()) if args.strata else (),
         small_strata=args.small_strata,
+        attribute_blocks=tuple(tuple(c.strip() for c in b.split(",") if c.strip()) for b in args.blocks.split(";"))
+        if args.blocks else (),
         rows_per_file=args.rows_per_file,
         refine=args.refine,
         method_options=_given(args, grow="grow", gamma="gamma", eps="eps", mhm_order="mhm_order"),

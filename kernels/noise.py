@@ -49,16 +49,17 @@ def group_keys(row_id, labels, n_groups):
 
 
 @jit
-def laplace_draws(scale, keys, seed):
+def laplace_draws(scale, keys, seed, first_column=0):
     """``(g, d)`` Laplace draws of the given scales (0 where the scale is 0), by inverse CDF from a
-    uniform in (0, 1) derived from ``(seed, keys[g], column)``."""
+    uniform in (0, 1) derived from ``(seed, keys[g], first_column + column)``: ``first_column`` keeps
+    the draws of attribute blocks apart."""
     g, d = scale.shape
     out = np.empty((g, d))
     s = splitmix64(_U64(seed) ^ _DOMAIN)
     for i in range(g):
         base = splitmix64(_U64(keys[i]) ^ s)
         for j in range(d):
-            bits = splitmix64(base + _U64(j))
+            bits = splitmix64(base + _U64(first_column + j))
             u = (np.float64(bits >> _U64(11)) + 0.5) * (1.0 / 9007199254740992.0)  # (0, 1)
             t = u - 0.5
             if t < 0.0:

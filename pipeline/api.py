@@ -20,6 +20,7 @@ from .validation import (
     check_aggregate,
     check_blocking,
     check_finite,
+    attribute_blocks as check_attribute_blocks,
     check_k,
     check_noise,
     check_release_where,
@@ -90,7 +91,16 @@ def partition(X, k, method="mdav", *, refine="none", standardized=False, method_
     return _labels_checked(solve_block(Z, k, solver), X.shape[0], k)
 
 
-def _stratified_partition(df, X, Z, mean, std, qi, ids, k, method, method_options, refine, refine_options, seed,
+def _block_tuple(blocks):
+    """Attribute blocks as a tuple of name tuples (``"A,B;C,D"`` or any nesting of sequences)."""
+    if not blocks:
+        return ()
+    if isinstance(blocks, str):
+        blocks = [b.split(",") for b in blocks.split(";")]
+    return tuple(tuple(str(c).strip() for c in b) for b in blocks)
+
+
+def _stratified_partition(df, Z, mean, std, qi, ids, k, method, method_options, refine, refine_options, seed,
                           strata, small_strata, blocking):
     """Labels of the blocked solve with one split tree per stratum (the distributed pipeline's)."""
     from .strata import check_strata, partition_counts, plan_strata
@@ -100,7 +110,7 @@ def _stratified_partition(df, X, Z, mean, std, qi, ids, k, method, method_option
     solver = Solver.build(method, method_options, refine, refine_options, seed)
     blocks, stitching = _blocking(blocking or {"stitch": "light"}, k, seed)
     labels, _ = blocked_partition(Z, k, solver, stitching, blocks, stratum=plan.codes(df), n_strata=plan.n_trees)
-    return _labels_checked(labels, X.shape[0], k)
+    return _labels_checked(labels, Z.shape[0], k)
 
 
 def _blocking(options, k, seed):
@@ -149,19 +159,21 @@ def centroids(X, labels, n_groups, aggregate="mean", weights=None):
     return group_weighted(X, w, labels, n_groups, AGGREGATE_KIND[aggregate])
 
 
-def released_table(X, labels, row_id, k, aggregate="mean", noise="none", epsilon=None, seed=0, weights=None):
+def released_table(X, labels, row_id, k, aggregate="mean", noise="none", epsilon=None, seed=0, weights=None,
+                   first_column=0):
     """Each group's released tuple (``(g, d)``): its centroid, plus Laplace noise of scale
     ``(extent / k) / epsilon`` per attribute with ``noise="laplace"`` (:mod:`microagg.kernels.noise`).
 
     ``row_id`` (global row ids of the rows of ``X``) keys each group's draws by its smallest row id,
-    so the in-memory and the distributed release draw the same noise for the same group.
+    so the in-memory and the distributed release draw the same noise for the same group;
+    ``first_column`` is the position of ``X``'s first column among all QIs (attribute blocks).
     """
     n_groups = int(labels.max()) + 1 if len(labels) else 0
     table = centroids(X, labels, n_groups, aggregate, weights)
     if noise == "laplace" and n_groups:
         scale = noise_kernels.group_extents(X, labels, n_groups) / k / epsilon
         keys = noise_kernels.group_keys(np.ascontiguousarray(row_id, dtype=np.int64), labels, n_groups)
-        table = table + noise_kernels.laplace_draws(scale, keys, seed)
+        table = table + noise_kernels.laplace_draws(scale, keys, seed, first_column)
     return table
 
 
@@ -174,7 +186,8 @@ def where_mask(frame, release_where):
 
 def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggregate="mean", *,
               refine="none", method_options=None, refine_options=None, seed=0, noise="none", epsilon=None,
-              release_where=None, weights=None, strata=None, small_strata="error", **blocking):
+              release_where=None, weights=None, strata=None, small_strata="error", attribute_blocks=None,
+              **blocking):
     """Microaggregate a DataFrame: QI columns replaced by their group's centroid.
 
     Parameters
@@ -192,6 +205,8 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
         stratum); the solve is then blocked (default blocking options), as in the distributed pipeline
     small_strata : "error" (default) for a stratum with fewer than k rows, or "merge" it into the
         stratum with the nearest QI means
+    attribute_blocks : e.g. ``[["A", "B"], ["C", "D"]]`` or ``"A,B;C,D"``: each block of QI columns
+        microaggregated on its own (k-anonymity then holds per block, not over all QIs)
     weights : a numeric column of survey weights (finite, > 0) that weights the aggregate; kept in the
         result unchanged
     refine, method_options, refine_options, seed : see :func:`partition`
@@ -220,14 +235,18 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
             method_options=tuple(sorted((method_options or {}).items())),
             refine_options=tuple(sorted((refine_options or {}).items())), seed=seed, noise=noise,
             epsilon=epsilon, release_where=release_where, weights=weights, strata=tuple(strata or ()),
-            small_strata=small_strata, **blocking,
+            small_strata=small_strata, attribute_blocks=_block_tuple(attribute_blocks), **blocking,
         )
         return build_release(df, options)[0]
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"anonymize expects a pandas or Dask DataFrame, got {type(df).__name__}")
     check_aggregate(aggregate)
     check_noise(noise, epsilon)
-    qi, ids, non_numeric = resolve_columns(df.dtypes, quasi_identifiers, identifiers)
+    blocks, named = check_attribute_blocks(attribute_blocks, quasi_identifiers, [str(c) for c in df.columns])
+    if blocks and release_where:
+        raise InputError("release_where cannot be combined with attribute blocks: a condition on one block's "
+                         "values would split the groups of the other blocks")
+    qi, ids, non_numeric = resolve_columns(df.dtypes, named, identifiers)
     if non_numeric:
         raise non_numeric_error(non_numeric[0], df[non_numeric[0]].head(1000))
     check_release_where(release_where, qi, df.iloc[:0])
@@ -240,13 +259,22 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     Solver.build(method, method_options, refine, refine_options, seed)  # fail before any work
     X = np.ascontiguousarray(df[qi].to_numpy(dtype=np.float64))
     Z, mean, std = standardize(X, qi)
-    if strata:
-        labels = _stratified_partition(df, X, Z, mean, std, qi, ids, k, method, method_options, refine,
-                                       refine_options, seed, tuple(strata), small_strata, blocking)
-    else:
-        labels = partition(Z, k, method, refine=refine, standardized=True, method_options=method_options,
-                           refine_options=refine_options, seed=seed, **blocking)
-    released = released_table(X, labels, np.arange(len(X)), k, aggregate, noise, epsilon, seed, w)[labels]
+    released = np.empty_like(X)
+    first = 0
+    for block in blocks or [qi]:  # attribute blocks are microaggregated independently
+        cols = np.arange(first, first + len(block))
+        Zb = np.ascontiguousarray(Z[:, cols])
+        if strata:
+            labels = _stratified_partition(df, Zb, mean[cols], std[cols], list(block), ids, k, method,
+                                           method_options, refine, refine_options, seed, tuple(strata), small_strata,
+                                           blocking)
+        else:
+            labels = partition(Zb, k, method, refine=refine, standardized=True, method_options=method_options,
+                               refine_options=refine_options, seed=seed, **blocking)
+        Xb = np.ascontiguousarray(X[:, cols])
+        released[:, cols] = released_table(Xb, labels, np.arange(len(X)), k, aggregate, noise, epsilon, seed, w,
+                                           first)[labels]
+        first += len(block)
     out = df.drop(columns=ids).copy()
     for j, name in enumerate(qi):
         out[name] = released[:, j]

@@ -52,6 +52,7 @@ from .validation import (
     check_aggregate,
     check_blocking,
     check_finite,
+    attribute_blocks,
     check_noise,
     check_release_where,
     check_weight_values,
@@ -92,6 +93,7 @@ class ReleaseOptions:
     weights: str | None = None          # a survey-weight column weighting the aggregate
     strata: tuple = ()                  # columns whose distinct values are solved separately
     small_strata: str = "error"         # a stratum below k rows: "error" or "merge" (into the nearest)
+    attribute_blocks: tuple = ()        # attribute blocks, each microaggregated on its own (tuples of names)
 
 
 @dataclass
@@ -132,7 +134,12 @@ def plan(ddf, options):
     reserved = [c for c in ddf.columns if str(c).startswith("_microagg_")]
     if reserved:
         raise InputError(f"input column(s) {reserved} use the reserved prefix '_microagg_'; rename them")
-    qi, ids, non_numeric = resolve_columns(ddf.dtypes, options.quasi_identifiers, options.identifiers)
+    blocks, named = attribute_blocks(options.attribute_blocks, options.quasi_identifiers,
+                                     [str(c) for c in ddf.columns])
+    if blocks and options.release_where:
+        raise InputError("--release-where cannot be combined with --blocks: a condition on one block's values "
+                         "would split the groups of the other blocks")
+    qi, ids, non_numeric = resolve_columns(ddf.dtypes, named, options.identifiers)
     if non_numeric:
         column = non_numeric[0]
         raise non_numeric_error(column, ddf[column].head(1000))  # first partition only
@@ -241,6 +248,7 @@ class _Job:
     forest: blocking.Forest
     options: ReleaseOptions
     strata: object = None               # pipeline.strata.Strata, or None
+    first_column: int = 0               # position of qi[0] among all QIs (attribute blocks)
 
 
 class Rows(NamedTuple):
@@ -303,7 +311,7 @@ def _release(rows, labels, job, gain):
         return Released(rows.row_id, labels, np.empty((0, len(job.qi))), summarize(rows, labels, None, job, gain))
     o = job.options
     table = released_table(rows.values, labels, rows.row_id, o.k, o.aggregate, o.noise, o.epsilon, o.seed,
-                           rows.weight)
+                           rows.weight, job.first_column)
     return Released(rows.row_id, labels, table, summarize(rows, labels, table, job, gain))
 
 
@@ -363,7 +371,7 @@ def persisted(*objs):
     return objs
 
 
-def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None):
+def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_column=0):
     """Sample -> split tree -> route -> one task per subtree -> kernels -> stitched release.
 
     The rows travel between stages as arrays (:class:`Rows`) in explicit task graphs: every input
@@ -381,7 +389,8 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None):
                                  task_rows, options.k, options.order)
     log.info("split tree: %d blocks in %d tasks, %d upper planes (sample of %d rows) in %.2f s",
              tree.n_leaves, tree.n_tasks, tree.n_upper, len(sample), time.perf_counter() - start)
-    job = delayed(_Job(tuple(qi), mean, std, tree, options, strata), name=f"microagg-job-{uuid.uuid4().hex}")
+    job = delayed(_Job(tuple(qi), mean, std, tree, options, strata, first_column),
+                  name=f"microagg-job-{uuid.uuid4().hex}")
     columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
     routed = [delayed(_route, pure=True)(part, job) for part in frame[columns].to_delayed()]
     tasks = [delayed(_solve_task, pure=True)(job, t, *(r[t] for r in routed)) for t in range(tree.n_tasks)]
@@ -520,41 +529,103 @@ def _by_file(released, starts):
     return [(released.row_id[a:b], released.table[released.group[a:b]]) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
-def _assemble(start, stop, qi, *pieces):
-    """One output file's released QIs, indexed by row id ``start..stop-1``, scattered from the pieces."""
+def _scatter(start, stop, width, slots, pieces):
+    """Released values of rows ``start..stop-1`` (``(n, width)``) scattered from ``pieces``
+    (``(row ids, values)``) whose values fill the QI columns ``slots[i]``; every cell exactly once."""
     n = stop - start
-    values = np.empty((n, len(qi)))
-    seen = np.zeros(n, dtype=bool)
-    count = 0
-    for row_id, piece in pieces:
-        values[row_id - start] = piece
-        seen[row_id - start] = True
-        count += len(row_id)
-    if count != n or not seen.all():
-        raise ReleaseGateError(f"rows {start}..{stop - 1}: {count} released rows for {n} input rows "
-                               f"({n - int(seen.sum())} missing); nothing written")
+    values = np.empty((n, width))
+    seen = np.zeros((n, width), dtype=bool)
+    for (row_id, piece), slot in zip(pieces, slots):
+        cols = np.asarray(slot)
+        values[np.ix_(row_id - start, cols)] = piece
+        seen[np.ix_(row_id - start, cols)] = True
+    missing = n * width - int(seen.sum())
+    if missing or sum(len(r) * len(sl) for (r, _), sl in zip(pieces, slots)) != n * width:
+        raise ReleaseGateError(f"rows {start}..{stop - 1}: the released values do not cover every row and "
+                               f"column exactly once ({missing} cell(s) missing); nothing written")
+    return values
+
+
+def _assemble(start, stop, qi, slots, *pieces):
+    """One output file's released QIs, indexed by row id ``start..stop-1``, scattered from the pieces."""
+    values = _scatter(start, stop, len(qi), slots, pieces)
     return pd.DataFrame(values, columns=list(qi), index=pd.RangeIndex(start, stop, name=ROW_ID))
+
+
+def _distinct_tuples(start, stop, width, subsets, slots, *pieces):
+    """Per subset of QI columns, the 64-bit hashes of the distinct released tuples of these rows."""
+    values = _scatter(start, stop, width, slots, pieces)
+    return [np.unique(pd.util.hash_pandas_object(pd.DataFrame(values[:, list(cols)]), index=False).to_numpy())
+            for cols in subsets]
+
+
+def _file_pieces(released, n_rows, rows_per_file):
+    """``(starts, stops, slots, per-file piece lists)`` of the released pieces of every attribute block
+    (``released``: one ``(column positions, pieces)`` pair per block)."""
+    out_div = file_divisions(n_rows, rows_per_file)
+    starts = np.asarray(out_div[:-1], dtype=np.int64)
+    stops = [*out_div[1:-1], n_rows]
+    slots, cut = [], []
+    for positions, pieces in released:
+        for r in pieces:
+            cut.append(delayed(_by_file, pure=True)(r, starts))
+            slots.append(tuple(int(c) for c in positions))
+    files = [[c[i] for c in cut] for i in range(len(starts))]
+    return out_div, starts, stops, tuple(slots), files
 
 
 def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None, where=None):
     """The released frame: input rows in input order with QIs replaced, identifiers dropped (or
-    pseudonymised with the HMAC ``key``), only the rows meeting ``where`` if given. ``released``: the
-    delayed :class:`Released` pieces of the gate."""
+    pseudonymised with the HMAC ``key``), only the rows meeting ``where`` if given. ``released``: one
+    ``(column positions, delayed Released pieces)`` pair per attribute block."""
     keep = [i for i, n in enumerate(lengths) if n]
     frame = frame.partitions[keep]
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])[keep]
     in_div = tuple(int(o) for o in offsets) + (n_rows - 1,)
-    out_div = file_divisions(n_rows, rows_per_file)
+    out_div, starts, stops, slots, files = _file_pieces(released, n_rows, rows_per_file)
     original = frame.set_index(ROW_ID, sorted=True, divisions=in_div).repartition(divisions=out_div)
-    starts = np.asarray(out_div[:-1], dtype=np.int64)
-    stops = [*out_div[1:-1], n_rows]
-    cut = [delayed(_by_file, pure=True)(r, starts) for r in released]
-    files = [delayed(_assemble, pure=True)(int(a), int(b), tuple(qi), *(c[i] for c in cut))
-             for i, (a, b) in enumerate(zip(starts, stops))]
-    meta = _assemble(0, 0, tuple(qi))
-    values = dd.from_delayed(files, meta=meta, divisions=out_div, verify_meta=False)
+    parts = [delayed(_assemble, pure=True)(int(a), int(b), tuple(qi), slots, *pieces)
+             for a, b, pieces in zip(starts, stops, files)]
+    meta = _assemble(0, 0, tuple(qi), ())
+    values = dd.from_delayed(parts, meta=meta, divisions=out_div, verify_meta=False)
     meta = _replace_qis(original._meta, meta, qi, ids, key, where)
     return original.map_partitions(_replace_qis, values, qi, ids, key, where, meta=meta, align_dataframes=False)
+
+
+def real_anonymity(released, width, n_rows, rows_per_file, subsets):
+    """k' = records / distinct released records over each subset of QI columns (the Mic1D paper's
+    real anonymity), distinct tuples counted by 64-bit hashes across all output files."""
+    _, starts, stops, slots, files = _file_pieces(released, n_rows, rows_per_file)
+    per_file = dask.compute(*[delayed(_distinct_tuples, pure=True)(int(a), int(b), width, subsets, slots, *pieces)
+                              for a, b, pieces in zip(starts, stops, files)])
+    return [n_rows / len(np.unique(np.concatenate([f[i] for f in per_file]))) for i in range(len(subsets))]
+
+
+def _attribute_block_report(blocks, per_block, std, starts, n_rows, solved, rows_per_file):
+    """Per attribute block: columns, groups, smallest group, IL; and the real anonymity k' of the
+    whole record and of every pair and triple of blocks (k-anonymity holds per block only)."""
+    from itertools import combinations
+
+    out = {"blocks": []}
+    for b, (block, (summaries, _)) in enumerate(zip(blocks, per_block)):
+        sst = float(n_rows * np.count_nonzero(std[starts[b]:starts[b + 1]] > 0))
+        out["blocks"].append({
+            "columns": block,
+            "groups": sum(s["groups"] for s in summaries),
+            "min_group_size": min(s["min_group_size"] for s in summaries),
+            "information_loss": 100.0 * sum(s["sse"] for s in summaries) / sst if sst else 0.0,
+        })
+    names = {}
+    for size in (2, 3):
+        for combo in combinations(range(len(blocks)), size):
+            if size < len(blocks):
+                names["+".join(str(i + 1) for i in combo)] = combo
+    names["all"] = tuple(range(len(blocks)))
+    subsets = [tuple(c for b in combo for c in range(starts[b], starts[b + 1])) for combo in names.values()]
+    by_block = [(range(starts[b], starts[b + 1]), pieces) for b, pieces in enumerate(solved)]
+    k_prime = real_anonymity(by_block, int(starts[-1]), n_rows, rows_per_file, subsets)
+    out["real_anonymity"] = dict(zip(names, k_prime))
+    return out
 
 
 def _enough_partitions(ddf):
@@ -600,11 +671,22 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         strata = (plan_strata(options.strata, evidence, qi, mean, std, options.k, options.small_strata)
                   if options.strata else None)
         frame = with_row_ids(source, lengths)
+    blocks = [list(b) for b in options.attribute_blocks] or [list(qi)]
+    starts = np.cumsum([0] + [len(b) for b in blocks])
     with timings.stage("blocks"):
-        solved, tree = solve_blocks(frame, qi, n_rows, mean, std, options, strata)
-        solved = persisted(*solved)
+        solved, forests = [], []
+        for block, first in zip(blocks, starts):
+            cols = np.arange(first, first + len(block))
+            pieces, forest = solve_blocks(frame, block, n_rows, mean[cols], std[cols], options, strata, int(first))
+            solved.append(pieces)
+            forests.append(forest)
+        flat = persisted(*[p for pieces in solved for p in pieces])
+        cuts = np.cumsum([0] + [len(p) for p in solved])
+        solved = [list(flat[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
     with timings.stage("gate"):
-        summaries, block_sizes = gate(solved, options.k, n_rows)
+        per_block = [gate(pieces, options.k, n_rows) for pieces in solved]  # k-anonymous block by block
+    summaries = [s for block_summaries, _ in per_block for s in block_summaries]
+    block_sizes = np.concatenate([sizes for _, sizes in per_block])
     sse = sum(s["sse"] for s in summaries)
     sst = float(n_rows * np.count_nonzero(std > 0))
     report = {
@@ -630,23 +712,28 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         "sse": sse,
         "sst": sst,
         "k_anonymity_verified": True,
+        "k_anonymity_scope": "each attribute block" if options.attribute_blocks else "all quasi-identifiers",
         "min_tuple_count": min(s["min_tuple_count"] for s in summaries),
-        "blocks": tree.n_leaves,
+        "blocks": sum(f.n_leaves for f in forests),
         "block_size_target": options.block_size,
         "block_sizes": _distribution(block_sizes),
-        "tasks": tree.n_tasks,
-        "upper_planes": tree.n_upper,
+        "tasks": sum(f.n_tasks for f in forests),
+        "upper_planes": sum(f.n_upper for f in forests),
         "strata": strata.describe() if strata else None,
         "stitch_sse_gain": sum(s["stitch_gain"] for s in summaries),
         "noise": options.noise,
         "epsilon": options.epsilon,
         "release_where": options.release_where,
-        "rows_released": sum(s["rows_released"] for s in summaries),
+        "rows_released": sum(s["rows_released"] for s in per_block[0][0]),
         "options": asdict(options),
         "version": __version__,
     }
+    if options.attribute_blocks:
+        report["attribute_blocks"] = _attribute_block_report(blocks, per_block, std, starts, n_rows, solved,
+                                                             options.rows_per_file)
     key = identifier_key if options.hash_identifiers else None
-    released = restore_order(frame, solved, lengths, qi, ids, n_rows, options.rows_per_file, key,
+    by_block = [(range(starts[b], starts[b + 1]), pieces) for b, pieces in enumerate(solved)]
+    released = restore_order(frame, by_block, lengths, qi, ids, n_rows, options.rows_per_file, key,
                              options.release_where)
     return released, report
 

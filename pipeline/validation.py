@@ -44,6 +44,31 @@ def check_weight_values(weights, bad):
                          f"zero or negative; weights must be finite and > 0")
 
 
+def attribute_blocks(blocks, quasi_identifiers, columns):
+    """Attribute blocks (``"A,B;C,D"`` or a sequence of name sequences) checked against the input
+    ``columns``: returns ``(blocks, qi)`` with ``qi`` the blocks' columns in order. Without blocks:
+    ``((), quasi_identifiers)``."""
+    if not blocks:
+        return (), quasi_identifiers
+    if isinstance(blocks, str):
+        blocks = [b.split(",") for b in blocks.split(";")]
+    blocks = tuple(tuple(c.strip() for c in b if c.strip()) for b in blocks)
+    if any(not b for b in blocks):
+        raise InputError("--blocks has an empty attribute block (two ';' in a row, or one at an end)")
+    names = [c for b in blocks for c in b]
+    unknown = [c for c in names if c not in columns]
+    if unknown:
+        raise InputError(f"--blocks names {len(unknown)} column(s) not in the input: {', '.join(map(repr, unknown))}")
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:
+        raise InputError(f"--blocks puts column(s) {', '.join(map(repr, twice))} in more than one block")
+    qi = _names(quasi_identifiers, "--qi")
+    if qi is not None and sorted(qi) != sorted(names):
+        raise InputError(f"--qi {sorted(qi)} and the columns of --blocks {sorted(names)} differ; give the same "
+                         "columns (or only --blocks)")
+    return blocks, names
+
+
 def check_noise(noise, epsilon):
     """``noise`` is one of :data:`NOISES`; Laplace noise needs ``epsilon > 0`` and only it takes one."""
     if noise not in NOISES:

@@ -16,7 +16,7 @@ included), on the same synthetic extract (person_id, 13 QIs, region, flag: 16 co
 seconds, rows per second, the ratio to the floor, the time per stage, peak RSS per worker and IL.
 
 ``modes``: the release modes of issue 5 (plain, Laplace noise, preference range, median and trimmed
-aggregates, strata) end to end.
+aggregates, strata, attribute blocks) end to end.
 
 ``methods``: the CLI end to end with each block method on the same extract (issue 4): IL, seconds
 and the ratio to the first method's seconds.
@@ -161,6 +161,7 @@ MODES = {
     "median": ["--aggregate", "median"],
     "trimmed": ["--aggregate", "trimmed"],
     "strata": ["--strata", "region"],
+    "blocks": ["--blocks", "q0,q1,q2,q3,q4,q5;q6,q7,q8,q9,q10,q11,q12"],
 }
 
 
