@@ -371,17 +371,17 @@ def persisted(*objs):
     return objs
 
 
-def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_column=0):
+def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_column=0, sample=None):
     """Sample -> split tree -> route -> one task per subtree -> kernels -> stitched release.
 
     The rows travel between stages as arrays (:class:`Rows`) in explicit task graphs: every input
     partition is cut into one piece per task, every task into its released rows plus one piece per
-    upper plane above it. With ``strata`` (:class:`pipeline.strata.Strata`) each stratum has its own
+    upper plane above it. ``sample``: :func:`draw_sample`'s result, if the caller has it. With ``strata`` (:class:`pipeline.strata.Strata`) each stratum has its own
     tree. Returns ``(released, forest)``: a list of delayed :class:`Released` (every group lies
     wholly inside one of them) and the :class:`pipeline.blocking.Forest`.
     """
     start = time.perf_counter()
-    fraction, sample = draw_sample(frame, qi, n_rows, options)
+    fraction, sample = sample or draw_sample(frame, qi, n_rows, options)
     _, Zs = _standardized(sample, qi, mean, std)
     task_rows = options.blocks_per_task * options.block_size
     codes = strata.codes(sample) if strata else None
@@ -682,9 +682,11 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
     starts = np.cumsum([0] + [len(b) for b in blocks])
     with timings.stage("blocks"):
         solved, forests = [], []
+        sample = draw_sample(frame, qi, n_rows, options)  # one sample serves every attribute block
         for block, first in zip(blocks, starts):
             cols = np.arange(first, first + len(block))
-            pieces, forest = solve_blocks(frame, block, n_rows, mean[cols], std[cols], options, strata, int(first))
+            pieces, forest = solve_blocks(frame, block, n_rows, mean[cols], std[cols], options, strata, int(first),
+                                          sample)
             solved.append(pieces)
             forests.append(forest)
         flat = persisted(*[p for pieces in solved for p in pieces])
