@@ -79,7 +79,7 @@ import numpy as np
 
 from ._jit import jit
 from .groups import attach_leftovers
-from .mdav import _compact, _distances_to, _farthest, _grow, _take_group
+from .mdav import _compact, _distances_to, _farthest, _grow, _group_around_farthest_from, _take_group
 from .select import keep_smallest
 
 
@@ -140,11 +140,7 @@ def _seeded(Z, k, nc, tfrp):
         else:
             for j in range(d):
                 c[j] = total[j] / n_alive
-        _distances_to(Y, m, c, dist)
-        r = _farthest(dist, alive, m)
-        _distances_to(Y, m, Y[:, r].copy(), dist)
-        _grow(Y, alive, m, r, dist, members, nc, work, running)
-        _take_group(members, alive, ids, Z, labels, total, group)
+        _group_around_farthest_from(Y, ids, alive, m, c, Z, labels, total, dist, members, group, nc, work, running)
         n_alive -= k
         group += 1
         if 8 * (m - n_alive) > m:

@@ -183,6 +183,14 @@ def _group_around_farthest_from_centroid(Y, ids, alive, m, n_alive, Z, labels, t
     c = np.empty(d)
     for j in range(d):
         c[j] = total[j] / n_alive
+    return _group_around_farthest_from(Y, ids, alive, m, c, Z, labels, total, dist, members, group, nc, work,
+                                       running)
+
+
+@jit
+def _group_around_farthest_from(Y, ids, alive, m, c, Z, labels, total, dist, members, group, nc, work, running):
+    """Farthest alive record r from the point ``c`` -> group of r (grown by NN or NC), labelled and
+    removed; ``dist`` is left holding the distances to r. Returns r's storage position."""
     _distances_to(Y, m, c, dist)
     r = _farthest(dist, alive, m)
     _distances_to(Y, m, Y[:, r].copy(), dist)

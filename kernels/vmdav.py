@@ -66,22 +66,8 @@ import numpy as np
 
 from ._jit import jit
 from .groups import attach_leftovers
-from .mdav import _compact_carrying
+from .mdav import _compact_carrying, _distances_to
 from .select import keep_smallest
-
-
-@jit
-def _distances_to(Y, m, p, dist):
-    """``dist[i] = ||Y[:, i] - p||^2`` for the first ``m`` stored records (column-major ``Y``)."""
-    d = Y.shape[0]
-    for i in range(m):
-        dist[i] = 0.0
-    for j in range(d):
-        pj = p[j]
-        row = Y[j]
-        for i in range(m):
-            t = row[i] - pj
-            dist[i] += t * t
 
 
 @jit
