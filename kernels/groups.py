@@ -121,3 +121,14 @@ def attach_leftovers(Z, labels, n_groups):
                     best_d = s
                     best = g
             labels[i] = best
+
+
+@jit
+def scatter_group_index(index, seen, start, block, row_id, group, offset):
+    """``index[row_id[i] - start, block] = offset + group[i]`` and ``seen[row_id[i] - start, block] += 1``
+    for every i: each released row's entry in a stacked table of group values, put back at its
+    position, with a count that lets the caller check every row was released exactly once."""
+    for i in range(row_id.shape[0]):
+        r = row_id[i] - start
+        seen[r, block] += 1
+        index[r, block] = offset + group[i]

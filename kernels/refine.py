@@ -27,6 +27,7 @@ moves and swaps are the classic exchange neighbourhood of k-means-style local se
 import numpy as np
 
 from ._jit import jit
+from .mdav import _distances_to
 from .select import keep_smallest
 
 
@@ -78,26 +79,34 @@ def _nearest_groups(sums, size, alive, n_neighbors):
     nb = np.full((n_groups, n_neighbors), -1, dtype=np.int64)
     best = np.empty(n_neighbors)
     dist = np.empty(m)
+    c = np.empty(d)
     for a in range(m):
-        dist[:] = 0.0
         for j in range(d):
-            c = cent[j, a]
-            row = cent[j]
-            for b in range(m):
-                t = row[b] - c
-                dist[b] += t * t
+            c[j] = cent[j, a]
+        _distances_to(cent, m, c, dist)
         dist[a] = np.inf
         row_nb = nb[ids[a]]
         filled = 0
+        worst = np.inf  # the buffer's largest key once full: most candidates fail this one test
         for b in range(m):
-            if b != a:
+            if dist[b] < worst:
                 filled = keep_smallest(best, row_nb, filled, dist[b], ids[b])
+                if filled == n_neighbors:
+                    worst = best[n_neighbors - 1]
     return nb
 
 
 @jit
+def _set_centroids(sums, size, cent, a, b):
+    """Refresh the cached centroids of groups a and b after their sums changed (an empty group keeps its last)."""
+    for g in (a, b):
+        if size[g] > 0:
+            _centroid(sums, size, g, cent[g])
+
+
+@jit
 def _move(Z, members, size, sums, labels, a, slot, b):
-    """Move the record at ``members[a, slot]`` from group a to group b."""
+    """Move the record at ``members[a, slot]`` from group a to group b (the caller refreshes centroids)."""
     row = members[a, slot]
     last = size[a] - 1
     members[a, slot] = members[a, last]
@@ -111,9 +120,8 @@ def _move(Z, members, size, sums, labels, a, slot, b):
 
 
 @jit
-def _own_distances(Z, members, size, sums, g, own, ca):
-    """``own[row] = ||x_row - c_g||^2`` for the members of group g (their cached own-centroid distances)."""
-    _centroid(sums, size, g, ca)
+def _own_distances(Z, members, size, g, own, ca):
+    """``own[row] = ||x_row - c_g||^2`` for the members of group g (``ca``: its centroid)."""
     for t in range(size[g]):
         row = members[g, t]
         own[row] = _sq(Z, row, ca)
@@ -159,9 +167,9 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
             scale += Z[i, j] * Z[i, j]
     eps = tol * max(scale / n, 1e-300)
     alive = np.ones(n_groups, dtype=np.bool_)
-    ca = np.empty(d)
-    cb = np.empty(d)
-    cn = np.empty((n_neighbors, d))          # neighbour centroids for the dissolve test
+    cent = np.empty((n_groups, d))           # each group's centroid, refreshed when its sums change
+    for g in range(n_groups):
+        _centroid(sums, size, g, cent[g])
     extra = np.zeros(n_neighbors, dtype=np.int64)
     target = np.empty(capacity, dtype=np.int64)
     xb_buf = np.empty(capacity)
@@ -178,7 +186,7 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                 continue
             # --- dissolve a into its neighbours (first: it changes the most) ---
             if not fresh[a]:
-                _own_distances(Z, members, size, sums, a, own, ca)
+                _own_distances(Z, members, size, a, own, cent[a])
                 fresh[a] = True
             gain = 0.0
             for t in range(size[a]):
@@ -193,10 +201,6 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                 cost = 0.0
                 for u in range(n_neighbors):
                     extra[u] = 0
-                    b = nb[a, u]
-                    if b >= 0 and alive[b]:
-                        for j in range(d):
-                            cn[u, j] = sums[b, j] / size[b]
                 for t in range(size[a]):
                     row = members[a, t]
                     best_c = np.inf
@@ -206,7 +210,7 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                         if b < 0 or not alive[b] or size[b] + extra[u] >= max_size:
                             continue
                         m = size[b]
-                        c = m / (m + 1.0) * _sq(Z, row, cn[u])
+                        c = m / (m + 1.0) * _sq(Z, row, cent[b])
                         if c < best_c:
                             best_c = c
                             best_b = u
@@ -221,6 +225,7 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                         t = size[a] - 1
                         _move(Z, members, size, sums, labels, a, t, nb[a, target[t]])
                         fresh[nb[a, target[t]]] = False
+                        _set_centroids(sums, size, cent, a, nb[a, target[t]])
                     alive[a] = False
                     changed += 1
                     continue
@@ -228,14 +233,14 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                 b = nb[a, u]
                 if b < 0 or not alive[b] or not alive[a]:
                     continue
+                ca = cent[a]
+                cb = cent[b]
                 if not fresh[a]:
-                    _own_distances(Z, members, size, sums, a, own, ca)
+                    _own_distances(Z, members, size, a, own, ca)
                     fresh[a] = True
                 if not fresh[b]:
-                    _own_distances(Z, members, size, sums, b, own, cb)
+                    _own_distances(Z, members, size, b, own, cb)
                     fresh[b] = True
-                _centroid(sums, size, a, ca)
-                _centroid(sums, size, b, cb)
                 ma = size[a]
                 mb = size[b]
                 for s in range(ma):
@@ -259,6 +264,7 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                             break
                 if src >= 0:
                     _move(Z, members, size, sums, labels, src, slot, b if src == a else a)
+                    _set_centroids(sums, size, cent, a, b)
                     fresh[a] = False
                     fresh[b] = False
                     changed += 1
@@ -298,6 +304,7 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                     for j in range(d):
                         sums[a, j] += Z[y, j] - Z[x, j]
                         sums[b, j] += Z[x, j] - Z[y, j]
+                    _set_centroids(sums, size, cent, a, b)
                     fresh[a] = False
                     fresh[b] = False
                     changed += 1

@@ -500,15 +500,16 @@ def _replace_qis(original, released, qi, identifiers, key=None, where=None):
     ``where``, only the rows whose released values meet it (whole groups)."""
     if not original.index.equals(released.index):
         raise ReleaseGateError("released rows do not match the input rows by row id; nothing written")
-    if key is None:
-        out = original.drop(columns=list(identifiers))
-    else:
-        out = original.copy()
-        for name in identifiers:
-            out[name] = pd.array(_pseudonyms(out[name].to_numpy(), key), dtype="string")
-    for name in qi:
-        out[name] = released[name].to_numpy()
-    out = out.reset_index(drop=True)
+    released_qi, ids = set(qi), set(identifiers)
+    columns = {}
+    for name in original.columns:  # one new frame over the columns: no block splitting or copies
+        if name in released_qi:
+            columns[name] = released[name].to_numpy()
+        elif name not in ids:
+            columns[name] = original[name].array
+        elif key is not None:
+            columns[name] = pd.array(_pseudonyms(original[name].to_numpy(), key), dtype="string")
+    out = pd.DataFrame(columns, index=pd.RangeIndex(len(original)), copy=False)
     if where:
         out = out[where_mask(out, where)].reset_index(drop=True)
     return out
@@ -523,39 +524,55 @@ def file_divisions(n_rows, rows_per_file):
 
 
 def _by_file(released, starts):
-    """Released rows cut into one ``(row ids, values)`` piece per output file (``starts``: first row ids)."""
+    """Released rows cut into one ``(row ids, groups, group table)`` piece per output file (``starts``:
+    first row ids)."""
     bounds = np.searchsorted(released.row_id, [*starts[1:], np.iinfo(np.int64).max])
     cuts = np.concatenate([[0], bounds])
-    return [(released.row_id[a:b], released.table[released.group[a:b]]) for a, b in zip(cuts[:-1], cuts[1:])]
+    return [(released.row_id[a:b], released.group[a:b], released.table) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
 def _scatter(start, stop, width, slots, pieces):
-    """Released values of rows ``start..stop-1`` (``(n, width)``) scattered from ``pieces``
-    (``(row ids, values)``) whose values fill the QI columns ``slots[i]``; every cell exactly once."""
+    """Released values of rows ``start..stop-1``, column by column (``(width, n)``), from ``pieces``
+    (``(row ids, groups, group table)``) whose values fill the QI columns ``slots[i]`` (one attribute
+    block's, consecutive); every cell exactly once, or the release is refused.
+
+    Each row's group is first put back at the row's position (an index into the stacked group tables
+    of its block); each column is then one gather from that table column, which stays in cache.
+    """
     n = stop - start
-    values = np.empty((n, width))
-    seen = np.zeros((n, width), dtype=bool)
-    for (row_id, piece), slot in zip(pieces, slots):
-        cols = slice(slot[0], slot[-1] + 1)  # a block's columns are consecutive
-        values[row_id - start, cols] = piece
-        seen[row_id - start, cols] = True
-    missing = n * width - int(seen.sum())
-    if missing or sum(len(r) * len(sl) for (r, _), sl in zip(pieces, slots)) != n * width:
+    values = np.empty((width, n))  # columns contiguous: a DataFrame over them needs no copy
+    blocks = sorted({slot[0] for slot in slots})
+    seen = np.zeros((n, max(len(blocks), 1)), dtype=np.int64)
+    index = np.zeros((n, max(len(blocks), 1)), dtype=np.int64)
+    tables = [[] for _ in blocks]
+    for (row_id, group, table), slot in zip(pieces, slots):
+        b = blocks.index(slot[0])
+        groups.scatter_group_index(index, seen, start, b, row_id, group, sum(len(t) for t in tables[b]))
+        tables[b].append(table)
+    if width and (seen != 1).any():
+        wrong = int((seen != 1).any(axis=1).sum())
         raise ReleaseGateError(f"rows {start}..{stop - 1}: the released values do not cover every row and "
-                               f"column exactly once ({missing} cell(s) missing); nothing written")
+                               f"column exactly once ({wrong} row(s) wrong); nothing written")
+    for b, first in enumerate(blocks):
+        if not n:
+            break
+        stacked = np.concatenate(tables[b]).T.copy()  # (block width, groups)
+        rows = np.ascontiguousarray(index[:, b])
+        for j in range(stacked.shape[0]):
+            np.take(stacked[j], rows, out=values[first + j])
     return values
 
 
 def _assemble(start, stop, qi, slots, *pieces):
     """One output file's released QIs, indexed by row id ``start..stop-1``, scattered from the pieces."""
     values = _scatter(start, stop, len(qi), slots, pieces)
-    return pd.DataFrame(values, columns=list(qi), index=pd.RangeIndex(start, stop, name=ROW_ID))
+    return pd.DataFrame(values.T, columns=list(qi), index=pd.RangeIndex(start, stop, name=ROW_ID), copy=False)
 
 
 def _distinct_tuples(start, stop, width, subsets, slots, *pieces):
     """Per subset of QI columns, the 64-bit hashes of the distinct released tuples of these rows."""
     values = _scatter(start, stop, width, slots, pieces)
-    return [_sorted_unique(pd.util.hash_pandas_object(pd.DataFrame(values[:, list(cols)], copy=False),
+    return [_sorted_unique(pd.util.hash_pandas_object(pd.DataFrame(values[list(cols)].T, copy=False),
                                                       index=False).to_numpy())
             for cols in subsets]
 
