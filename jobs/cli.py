@@ -27,7 +27,10 @@ def _add_anonymize(sub):
                         "fsspec URL), or example:census for the bundled CASC Census file")
     p.add_argument("output", metavar="OUTPUT", help="the Parquet dataset directory to write")
     p.add_argument("--k", type=int, required=True, help="minimum group size (k-anonymity), >= 2")
-    p.add_argument("--method", default="mdav", help="microaggregation method (see `microagg methods`); default mdav")
+    p.add_argument("--method", default="mdav",
+                   help="microaggregation method (see `microagg methods`); default mdav. pcp, zscore and "
+                        "univariate are sequence methods: one global ordering, then the exact optimal (or, "
+                        "univariate fixed, run-of-k) contiguous partition along it, distributed without blocks")
     p.add_argument("--qi", default=None, metavar="COL,COL,...",
                    help="quasi-identifier columns; default: every numeric column not named in --identifiers")
     p.add_argument("--identifiers", default="", metavar="COL,...", help="direct identifiers, dropped from the release")
@@ -73,6 +76,10 @@ def _add_anonymize(sub):
     methods.add_argument("--gamma", type=float, default=None, help="vmdav: gain factor")
     methods.add_argument("--eps", type=float, default=None,
                          help="dbm: DBSCAN radius in z-score units (default: from the k-distance distribution)")
+    methods.add_argument("--univariate-grouping", default=None, choices=("fixed", "optimal"),
+                         help="univariate (individual ranking, every QI on its own): runs of k in sorted order "
+                              "(fixed, the last run taking the remainder) or the optimal groups of k..2k-1 "
+                              "(optimal, Hansen-Mukherjee; default)")
     methods.add_argument("--mhm-order", default=None, choices=("mdav", "npn", "md", "cbfs"),
                          help="mhm: the record ordering (default mdav)")
     methods.add_argument("--iterations", type=int, default=None, help="ils: iterations per block (default 200)")
@@ -133,7 +140,8 @@ def _anonymize(args):
         if args.blocks else (),
         rows_per_file=args.rows_per_file,
         refine=args.refine,
-        method_options=_given(args, grow="grow", gamma="gamma", eps="eps", mhm_order="mhm_order"),
+        method_options=_given(args, grow="grow", gamma="gamma", eps="eps", mhm_order="mhm_order",
+                              grouping="univariate_grouping"),
         refine_options=_given(args, iterations="iterations", time_budget="time_budget"),
         stitch=args.stitch,
         order=args.order,

@@ -1,6 +1,6 @@
 """Numba kernels on NumPy arrays: no DataFrames, paths or clients here (see STYLE.md)."""
 
-from .blocking import project, route, sample_mask, splitmix64
+from .blocking import project, route, sample_mask, sequence_bucket, splitmix64
 from .hm import optimal_contiguous, univariate_optimal
 from .mdav import mdav
 from .refine import refine
@@ -26,6 +26,7 @@ __all__ = [
     "project",
     "refine",
     "route",
+    "sequence_bucket",
     "sample_mask",
     "splitmix64",
     "sse",

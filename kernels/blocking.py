@@ -65,3 +65,24 @@ def project(Z, direction):
             p += Z[i, j] * direction[j]
         out[i] = p
     return out
+
+
+@jit
+def sequence_bucket(stratum, score, s_stratum, s_score):
+    """Bucket of every row of a sequence ordered by ``(stratum, score)``: the number of splitters
+    ``(s_stratum, s_score)`` (sorted) at or below the row's pair, so equal pairs share a bucket."""
+    n = stratum.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        st = stratum[i]
+        sc = score[i]
+        lo = 0
+        hi = s_stratum.shape[0]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if s_stratum[mid] < st or (s_stratum[mid] == st and s_score[mid] <= sc):
+                lo = mid + 1
+            else:
+                hi = mid
+        out[i] = lo
+    return out

@@ -46,23 +46,68 @@ def optimal_contiguous(Z, order, k):
     cost : float, the total within-group SSE of the optimum
     """
     n, d = Z.shape
-    big = 2 * k - 1
+    Zo = np.empty((n, d))
+    for i in range(n):
+        for t in range(d):
+            Zo[i, t] = Z[order[i], t]
     best = np.full(n + 1, np.inf)
     pred = np.full(n + 1, -1, dtype=np.int64)
     best[0] = 0.0
+    shortest_path_step(Zo, np.zeros(n, dtype=np.int64), best, pred, 0, k, False, -1)
+    nodes = walk_back(pred, n, 0)  # n, ..., 0
+    labels = np.empty(n, dtype=np.int64)
+    n_groups = nodes.shape[0] - 1
+    for g in range(n_groups):
+        for t in range(nodes[n_groups - g], nodes[n_groups - g - 1]):
+            labels[order[t]] = g
+    return labels, best[n]
+
+
+@jit
+def shortest_path_step(Zo, stratum, best, pred, start, k, fixed, next_stratum):
+    """Extend the shortest path over the ordered rows ``Zo`` from node ``start`` to node ``len(Zo)``.
+
+    Node ``j`` means "the first j rows of ``Zo`` are grouped"; an edge ``i -> j`` is the group of rows
+    ``i..j-1`` (k..2k-1 of them, all of one ``stratum``: the sequence is sorted by stratum first,
+    so no group crosses a stratum boundary). ``best[:start + 1]`` must hold the path costs of the
+    nodes already solved (``inf``: unreachable); ``best[start + 1:]`` and ``pred[start + 1:]`` are
+    filled. The rows before ``start`` may be the tail of a previous chunk of the same sequence: a
+    node depends only on the 2k-1 rows and nodes before it, so solving a long sequence chunk by chunk
+    (each chunk preceded by the previous chunk's last 2k-2 rows and 2k-1 nodes) gives bitwise the
+    same costs and predecessors as solving it at once.
+
+    ``fixed``: the classic fixed-size grouping instead of the optimum: groups of exactly k from each
+    stratum's start, the last group of a stratum taking the remainder (k..2k-1 rows).
+    ``next_stratum``: the stratum of the row after ``Zo`` (-1: none, the sequence ends here), which
+    tells whether node ``len(Zo)`` closes a stratum.
+    """
+    n, d = Zo.shape
+    big = 2 * k - 1
     s = np.empty(d)
-    for j in range(k, n + 1):          # the segment is order[i:j]
-        last = order[j - 1]
+    for j in range(start + 1, n + 1):
+        best[j] = np.inf
+        pred[j] = -1
+        if fixed:
+            # a stratum's end accepts its one reachable k..2k-1 segment; any other node only size k
+            if j < n:
+                closes = stratum[j] != stratum[j - 1]
+            else:
+                closes = next_stratum != stratum[n - 1]
+            shortest = big if closes else k
+        else:
+            shortest = big
+        last = j - 1
         for t in range(d):
             s[t] = 0.0
         q = 0.0
-        lo = j - big
+        lo = j - shortest
         if lo < 0:
             lo = 0
-        for i in range(j - 1, lo - 1, -1):
-            row = order[i]
+        for i in range(j - 1, lo - 1, -1):  # the segment is rows i..j-1, visited from its end
+            if stratum[i] != stratum[last]:
+                break
             for t in range(d):
-                x = Z[row, t] - Z[last, t]
+                x = Zo[i, t] - Zo[last, t]
                 s[t] += x
                 q += x * x
             size = j - i
@@ -78,22 +123,25 @@ def optimal_contiguous(Z, order, k):
             if total < best[j]:
                 best[j] = total
                 pred[j] = i
-    labels = np.empty(n, dtype=np.int64)
-    # walk the predecessors back from n, then renumber groups along the order
-    n_groups = 0
-    j = n
-    while j > 0:
-        n_groups += 1
+
+
+@jit
+def walk_back(pred, end, stop):
+    """The nodes met following the predecessors from node ``end`` while above node ``stop``: the
+    group boundaries ``end > pred[end] > ... >= the first node <= stop`` (all of them kept, the last
+    one included), in that descending order."""
+    count = 1
+    j = end
+    while j > stop:
         j = pred[j]
-    g = n_groups - 1
-    j = n
-    while j > 0:
-        i = pred[j]
-        for t in range(i, j):
-            labels[order[t]] = g
-        g -= 1
-        j = i
-    return labels, best[n]
+        count += 1
+    nodes = np.empty(count, dtype=np.int64)
+    j = end
+    nodes[0] = j
+    for t in range(1, count):
+        j = pred[j]
+        nodes[t] = j
+    return nodes
 
 
 @jit

@@ -13,6 +13,8 @@ from ..kernels.stats import group_weighted
 from . import stats
 from .errors import InputError
 from .blocked import Blocking, blocked_partition
+from .blocking import sample_plan
+from .sequence import check_sequence, direction, grouping_of, is_sequence, partition_sequence
 from .solver import Solver
 from .stitch import STITCHING, solve_block
 from .validation import (
@@ -85,10 +87,24 @@ def partition(X, k, method="mdav", *, refine="none", standardized=False, method_
     solver = Solver.build(method, method_options, refine, refine_options, seed)
     plan, stitching = _blocking(blocking, k, seed)
     Z = X if standardized else standardize(X)[0]
+    if is_sequence(method):
+        check_sequence(method, refine, None)
+        return _labels_checked(_sequence_labels(Z, k, method, method_options, seed, plan), X.shape[0], k)
     if plan is not None:
         labels, _ = blocked_partition(Z, k, solver, stitching, plan)
         return _labels_checked(labels, X.shape[0], k)
     return _labels_checked(solve_block(Z, k, solver), X.shape[0], k)
+
+
+def _sequence_labels(Z, k, method, method_options, seed, plan=None, stratum=None):
+    """In-memory labels of a sequence method (:mod:`pipeline.sequence`); the pcp direction comes from
+    the same deterministic sample as the distributed pipeline's."""
+    plan = plan or Blocking(seed=seed)
+    _, threshold = sample_plan(Z.shape[0], plan.block_size, plan.sample_rows)
+    sample = Z if threshold is None else Z[kernels.sample_mask(np.arange(Z.shape[0], dtype=np.int64), seed,
+                                                                 threshold)]
+    grouping = grouping_of(method, tuple(sorted((method_options or {}).items())))
+    return partition_sequence(np.ascontiguousarray(Z), k, method, grouping, stratum, direction(method, sample))
 
 
 def _block_tuple(blocks):
@@ -109,6 +125,10 @@ def _stratified_partition(df, Z, mean, std, qi, ids, k, method, method_options, 
     plan = plan_strata(strata, [partition_counts(df, strata, qi)], qi, mean, std, k, small_strata)
     solver = Solver.build(method, method_options, refine, refine_options, seed)
     blocks, stitching = _blocking(blocking or {"stitch": "light"}, k, seed)
+    if is_sequence(method):
+        check_sequence(method, refine, None)
+        return _labels_checked(_sequence_labels(Z, k, method, method_options, seed, blocks, plan.codes(df)),
+                               Z.shape[0], k)
     labels, _ = blocked_partition(Z, k, solver, stitching, blocks, stratum=plan.codes(df), n_strata=plan.n_trees)
     return _labels_checked(labels, Z.shape[0], k)
 
@@ -261,6 +281,9 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     Z, mean, std = standardize(X, qi)
     released = np.empty_like(X)
     first = 0
+    check_sequence(method, refine, blocks)
+    if method == "univariate":
+        blocks = [[c] for c in qi]  # individual ranking: every quasi-identifier on its own
     for block in blocks or [qi]:  # attribute blocks are microaggregated independently
         cols = np.arange(first, first + len(block))
         Zb = np.ascontiguousarray(Z[:, cols])

@@ -79,6 +79,12 @@ def _tfrp(Z, k, grow="nn"):
     return tfrp_kernel(Z, k, _grow_nc("tfrp", grow))
 
 
+def _univariate(Z, k, grouping="optimal"):
+    from .sequence import univariate
+
+    return univariate(Z, k, grouping)
+
+
 def _projected(scores_of):
     def partition(Z, k):
         order = np.argsort(scores_of(Z), kind="stable").astype(np.int64)
@@ -178,6 +184,15 @@ METHODS = {
             "Sum-of-z-scores projection, then the optimal contiguous k..2k-1 partition (multivariate SSE edge costs)",
             _MIC1D,
             _projected(lambda Z: Z.sum(axis=1)),
+        ),
+        Method(
+            "univariate",
+            "Individual ranking: every quasi-identifier on its own, sorted, in runs of k (grouping=fixed) or "
+            "in the optimal k..2k-1 groups (grouping=optimal, Hansen-Mukherjee)",
+            "Hansen & Mukherjee (2003); shared/papers/optimal-univariate-noise-microaggregation.txt sections II-III; "
+            "see pipeline/sequence.py",
+            _univariate,
+            {"grouping": "optimal"},
         ),
         Method(
             "dbm",

@@ -43,7 +43,8 @@ import pandas as pd
 
 from .. import kernels
 from ..kernels import groups
-from . import blocking, io, stats, stitch
+from . import blocking, io, sequence, stats, stitch
+from .sequence import check_sequence
 from .strata import check_strata, partition_counts, plan_strata
 from .api import released_table, where_mask
 from .errors import InputError, ReleaseGateError
@@ -146,6 +147,7 @@ def plan(ddf, options):
     check_release_where(options.release_where, qi, ddf._meta)
     check_weights(options.weights, ddf.dtypes, qi, ids)
     check_strata(options.strata, options.small_strata, ddf.dtypes, qi, ids)
+    check_sequence(options.method, options.refine, options.attribute_blocks)
     return qi, ids
 
 
@@ -249,6 +251,7 @@ class _Job:
     options: ReleaseOptions
     strata: object = None               # pipeline.strata.Strata, or None
     first_column: int = 0               # position of qi[0] among all QIs (attribute blocks)
+    direction: np.ndarray | None = None  # a sequence method's projection (pipeline.sequence)
 
 
 class Rows(NamedTuple):
@@ -402,6 +405,58 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
                 pieces[position].append(solved[1 + slot])
         released += [delayed(_stitch_upper, pure=True)(job, p, *pieces[p]) for p in range(tree.n_upper)]
     return released, tree
+
+
+class _Shape(NamedTuple):
+    """The report's view of how a sequence method split the work (like a split forest's)."""
+
+    n_leaves: int
+    n_tasks: int
+    n_upper: int = 0
+
+
+def _route_sequence(part, job, splitters, n_buckets):
+    """An input partition's rows, scored and cut into one piece per bucket of the sequence."""
+    X, Z = _standardized(part, list(job.qi), job.mean, job.std)
+    stratum = (job.strata.codes(part) if job.strata else np.zeros(len(part), dtype=np.int64)).astype(np.int64)
+    score = sequence.scores(job.options.method, Z, job.direction)
+    bucket = kernels.sequence_bucket(stratum, score, *splitters)
+    weights = job.options.weights
+    weight = None if weights is None else part[weights].to_numpy(dtype=np.float64)
+    rows = sequence.Bucket(part[ROW_ID].to_numpy(dtype=np.int64), stratum, X, Z, weight)
+    bounds, order = groups.group_members(bucket, n_buckets)
+    return [sequence.take(rows, order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _release_sequence(job, b, frontier, bucket, nodes):
+    """The groups of the sequence that end in bucket ``b``, released (rows in row-id order)."""
+    rows, labels = sequence.bucket_release_rows(frontier, bucket, nodes)
+    order = np.argsort(rows.row_id, kind="stable")
+    released = Rows(rows.row_id[order], np.full(len(order), b, dtype=np.int64), rows.values[order], None,
+                    None if rows.weight is None else rows.weight[order])
+    return _release(released, stitch.compact(labels[order]) if len(order) else labels, job, 0.0)
+
+
+def solve_sequence(frame, qi, n_rows, mean, std, options, strata=None, first_column=0, sample=None):
+    """A sequence method (:mod:`pipeline.sequence`) on the cluster: score, range-partition into buckets,
+    sort each, chain the shortest path through them, release each bucket's groups. Returns
+    ``(released, shape)`` like :func:`solve_blocks`."""
+    fraction, sample = sample or draw_sample(frame, qi, n_rows, options)
+    _, Zs = _standardized(sample, qi, mean, std)
+    direction = sequence.direction(options.method, Zs)
+    s_stratum = (strata.codes(sample) if strata else np.zeros(len(sample), dtype=np.int64)).astype(np.int64)
+    s_score = sequence.scores(options.method, Zs, direction)
+    n_buckets = max(1, -(-n_rows // (options.block_size * options.blocks_per_task)))
+    splitters = sequence.splitters(s_stratum, s_score, sample[ROW_ID].to_numpy(dtype=np.int64), n_buckets)
+    job = delayed(_Job(tuple(qi), mean, std, None, options, strata, first_column, direction),
+                  name=f"microagg-job-{uuid.uuid4().hex}")
+    columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
+    routed = [delayed(_route_sequence, pure=True, nout=n_buckets)(part, job, splitters, n_buckets)
+              for part in frame[columns].to_delayed()]
+    fixed = sequence.grouping_of(options.method, options.method_options) == "fixed"
+    chain = sequence.graph(routed, n_buckets, len(qi), options.k, fixed, options.method, direction)
+    released = [delayed(_release_sequence, pure=True)(job, b, *links) for b, links in enumerate(chain)]
+    return released, _Shape(n_buckets, n_buckets)
 
 
 # --- stage 4: the gate -----------------------------------------------------------------------------
@@ -640,7 +695,7 @@ def _attribute_block_report(blocks, per_block, std, starts, n_rows, solved, rows
             "information_loss": 100.0 * sum(s["sse"] for s in summaries) / sst if sst else 0.0,
         })
     names = {}
-    for size in (2, 3):
+    for size in (2, 3) if len(blocks) <= 6 else (1,):  # many blocks (univariate): each alone, and all
         for combo in combinations(range(len(blocks)), size):
             if size < len(blocks):
                 names["+".join(str(i + 1) for i in combo)] = combo
@@ -695,15 +750,16 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         strata = (plan_strata(options.strata, evidence, qi, mean, std, options.k, options.small_strata)
                   if options.strata else None)
         frame = with_row_ids(source, lengths)
-    blocks = [list(b) for b in options.attribute_blocks] or [list(qi)]
+    blocks = [list(b) for b in options.attribute_blocks] or (
+        [[c] for c in qi] if options.method == "univariate" else [list(qi)])  # individual ranking: column by column
     starts = np.cumsum([0] + [len(b) for b in blocks])
     with timings.stage("blocks"):
         solved, forests = [], []
         sample = draw_sample(frame, qi, n_rows, options)  # one sample serves every attribute block
         for block, first in zip(blocks, starts):
             cols = np.arange(first, first + len(block))
-            pieces, forest = solve_blocks(frame, block, n_rows, mean[cols], std[cols], options, strata, int(first),
-                                          sample)
+            solve = solve_sequence if sequence.is_sequence(options.method) else solve_blocks
+            pieces, forest = solve(frame, block, n_rows, mean[cols], std[cols], options, strata, int(first), sample)
             solved.append(pieces)
             forests.append(forest)
         flat = persisted(*[p for pieces in solved for p in pieces])
@@ -738,7 +794,8 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         "sse": sse,
         "sst": sst,
         "k_anonymity_verified": True,
-        "k_anonymity_scope": "each attribute block" if options.attribute_blocks else "all quasi-identifiers",
+        "k_anonymity_scope": ("each attribute block" if options.attribute_blocks else
+                              "each quasi-identifier" if options.method == "univariate" else "all quasi-identifiers"),
         "min_tuple_count": min(s["min_tuple_count"] for s in summaries),
         "blocks": sum(f.n_leaves for f in forests),
         "block_size_target": options.block_size,
@@ -754,7 +811,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         "options": asdict(options),
         "version": __version__,
     }
-    if options.attribute_blocks:
+    if len(blocks) > 1:
         with timings.stage("real anonymity"):
             report["attribute_blocks"] = _attribute_block_report(blocks, per_block, std, starts, n_rows, solved,
                                                                  options.rows_per_file)
