@@ -40,6 +40,8 @@ bench: $(DEVSTAMP)
 	$(BIN)/python tests/benchmarks/bench_pipeline.py methods --rows 1000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py modes --rows 1000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py modes --rows 10000000
+	$(BIN)/python tests/benchmarks/bench_pipeline.py methods --rows 1000000 --methods mdav,pcp,zscore,univariate
+	$(BIN)/python tests/benchmarks/bench_pipeline.py methods --rows 10000000 --methods pcp,univariate
 
 clean:
 	rm -rf $(VENV) demo-release .pytest_cache .hypothesis build *.egg-info
