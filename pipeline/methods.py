@@ -28,7 +28,6 @@ from ..kernels.fixed_size import gsms as gsms_kernel
 from ..kernels.fixed_size import md as md_kernel
 from ..kernels.fixed_size import tfrp as tfrp_kernel
 from ..kernels.mdav import mdav_nc
-from .blocking import principal_direction
 from .errors import InputError
 
 
@@ -85,11 +84,12 @@ def _univariate(Z, k, grouping="optimal"):
     return univariate(Z, k, grouping)
 
 
-def _projected(scores_of):
+def _projected(name):
+    """The catalogue's entry for a projection method on the rows it is given (pipeline/sequence.py)."""
     def partition(Z, k):
-        order = np.argsort(scores_of(Z), kind="stable").astype(np.int64)
-        labels, _ = kernels.optimal_contiguous(Z, order, k)
-        return labels
+        from .sequence import direction, partition_sequence
+
+        return partition_sequence(Z, k, name, "optimal", None, direction(name, Z))
 
     return partition
 
@@ -177,13 +177,13 @@ METHODS = {
             "pcp",
             "Principal-component projection, then the optimal contiguous k..2k-1 partition (multivariate SSE edge costs)",
             _MIC1D,
-            _projected(lambda Z: kernels.project(Z, principal_direction(Z))),
+            _projected("pcp"),
         ),
         Method(
             "zscore",
             "Sum-of-z-scores projection, then the optimal contiguous k..2k-1 partition (multivariate SSE edge costs)",
             _MIC1D,
-            _projected(lambda Z: Z.sum(axis=1)),
+            _projected("zscore"),
         ),
         Method(
             "univariate",

@@ -96,7 +96,7 @@ def order_of(stratum, score, row_id):
     return np.lexsort((row_id, score, stratum))
 
 
-def _groups_from_nodes(nodes, n):
+def _groups_from_nodes(nodes):
     """Labels ``0..g-1`` along the sequence from the descending group boundaries ``nodes`` (n ... 0)."""
     bounds = nodes[::-1]
     return np.repeat(np.arange(len(bounds) - 1, dtype=np.int64), np.diff(bounds))
@@ -116,7 +116,7 @@ def partition_sequence(Z, k, method, grouping="optimal", stratum=None, direction
         raise InputError(f"no contiguous partition into groups of {k}..{2 * k - 1} records exists (a stratum "
                          f"with fewer than {k} rows?)")
     labels = np.empty(n, dtype=np.int64)
-    labels[order] = _groups_from_nodes(hm.walk_back(pred, n, 0), n)
+    labels[order] = _groups_from_nodes(hm.walk_back(pred, n, 0))
     return labels
 
 
@@ -226,7 +226,7 @@ def bucket_release_rows(frontier, bucket, nodes):
     base = frontier.position - F
     lo, hi = int(nodes[-1]), int(nodes[0])
     rows = take(concat([frontier.rows, bucket], bucket.Z.shape[1]), np.arange(lo - base, hi - base))
-    labels = _groups_from_nodes(nodes - lo, hi - lo)
+    labels = _groups_from_nodes(nodes - lo)
     return rows, labels
 
 
