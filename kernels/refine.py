@@ -105,8 +105,8 @@ def _set_centroids(sums, size, cent, a, b):
 
 
 @jit
-def _move(Z, members, size, sums, labels, a, slot, b):
-    """Move the record at ``members[a, slot]`` from group a to group b (the caller refreshes centroids)."""
+def _move(Z, members, size, sums, cent, labels, a, slot, b):
+    """Move the record at ``members[a, slot]`` from group a to group b; their cached centroids follow."""
     row = members[a, slot]
     last = size[a] - 1
     members[a, slot] = members[a, last]
@@ -117,6 +117,7 @@ def _move(Z, members, size, sums, labels, a, slot, b):
     for j in range(Z.shape[1]):
         sums[a, j] -= Z[row, j]
         sums[b, j] += Z[row, j]
+    _set_centroids(sums, size, cent, a, b)
 
 
 @jit
@@ -223,9 +224,8 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                 if cost < gain - eps:
                     while size[a] > 0:
                         t = size[a] - 1
-                        _move(Z, members, size, sums, labels, a, t, nb[a, target[t]])
+                        _move(Z, members, size, sums, cent, labels, a, t, nb[a, target[t]])
                         fresh[nb[a, target[t]]] = False
-                        _set_centroids(sums, size, cent, a, nb[a, target[t]])
                     alive[a] = False
                     changed += 1
                     continue
@@ -263,8 +263,7 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                             src, slot = b, t
                             break
                 if src >= 0:
-                    _move(Z, members, size, sums, labels, src, slot, b if src == a else a)
-                    _set_centroids(sums, size, cent, a, b)
+                    _move(Z, members, size, sums, cent, labels, src, slot, b if src == a else a)
                     fresh[a] = False
                     fresh[b] = False
                     changed += 1

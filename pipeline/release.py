@@ -294,8 +294,7 @@ def _concat(pieces, width):
 def _split(rows, key, n_keys):
     """``rows`` cut into ``n_keys`` pieces by ``key`` (0..n_keys-1), each keeping the rows' order."""
     bounds, order = groups.group_members(np.ascontiguousarray(key, dtype=np.int64), n_keys)  # a counting sort
-    return [Rows(*(None if f is None else np.take(f, order[a:b], axis=0) for f in rows))
-            for a, b in zip(bounds[:-1], bounds[1:])]
+    return [sequence.take(rows, order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _route(part, job):
@@ -423,9 +422,7 @@ def _route_sequence(part, job, splitters, n_buckets):
     bucket = kernels.sequence_bucket(stratum, score, *splitters)
     weights = job.options.weights
     weight = None if weights is None else part[weights].to_numpy(dtype=np.float64)
-    rows = sequence.Bucket(part[ROW_ID].to_numpy(dtype=np.int64), stratum, X, Z, weight)
-    bounds, order = groups.group_members(bucket, n_buckets)
-    return [sequence.take(rows, order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    return _split(sequence.Bucket(part[ROW_ID].to_numpy(dtype=np.int64), stratum, X, Z, weight), bucket, n_buckets)
 
 
 def _release_sequence(job, b, frontier, bucket, nodes):

@@ -150,7 +150,8 @@ def splitters(stratum, score, row_id, n_buckets):
 
 
 def take(rows, index):
-    return Bucket(*(None if f is None else np.take(f, index, axis=0) for f in rows))
+    """The rows ``index`` of any tuple of per-row arrays (a :class:`Bucket`, the pipeline's ``Rows``)."""
+    return type(rows)(*(None if f is None else np.take(f, index, axis=0) for f in rows))
 
 
 def concat(parts, width):
