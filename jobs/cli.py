@@ -6,6 +6,7 @@ import os
 import sys
 import traceback
 
+
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 HMAC_KEY_VARIABLE = "MICROAGG_HMAC_KEY"
@@ -30,7 +31,10 @@ def _add_anonymize(sub):
     p.add_argument("--method", default="mdav",
                    help="microaggregation method (see `microagg methods`); default mdav. pcp, zscore and "
                         "univariate are sequence methods: one global ordering, then the exact optimal (or, "
-                        "univariate fixed, run-of-k) contiguous partition along it, distributed without blocks")
+                        "univariate fixed, run-of-k) contiguous partition along it, distributed without blocks. "
+                        "mic1d (Mic1D-k): every QI value in one sorted vector, runs of k values normalized "
+                        "twice and released as their means; k counts values, records are not k-anonymous (the "
+                        "report gives the real anonymity k')")
     p.add_argument("--qi", default=None, metavar="COL,COL,...",
                    help="quasi-identifier columns; default: every numeric column not named in --identifiers")
     p.add_argument("--identifiers", default="", metavar="COL,...", help="direct identifiers, dropped from the release")
@@ -47,6 +51,11 @@ def _add_anonymize(sub):
     p.add_argument("--small-strata", default="error", choices=("error", "merge"),
                    help="a stratum with fewer than k rows: an error naming it (default), or merge it into "
                         "the stratum with the nearest QI means (recorded in the report)")
+    p.add_argument("--missing", default="error", choices=("error", "centroid"),
+                   help="a missing (NaN) quasi-identifier value: an error naming the column and the count "
+                        "(default), or centroid: MDAV measures distances over each record's observed "
+                        "coordinates (rescaled to the full dimension) and the value is released as its "
+                        "group's centroid; the report counts the imputed cells per column")
     p.add_argument("--weights", default=None, metavar="COL",
                    help="survey weights (a numeric column, finite and > 0) weighting the aggregate; kept unchanged")
     p.add_argument("--noise", default="none", choices=("none", "laplace"),
@@ -80,6 +89,10 @@ def _add_anonymize(sub):
                          help="univariate (individual ranking, every QI on its own): runs of k in sorted order "
                               "(fixed, the last run taking the remainder) or the optimal groups of k..2k-1 "
                               "(optimal, Hansen-Mukherjee; default)")
+    methods.add_argument("--remainder", default=None, choices=("separate", "merge"),
+                         help="mic1d: when k does not divide the values, the last run holds the remainder "
+                              "(separate, the paper; default) or the last full run takes it (merge: no value "
+                              "released from fewer than k)")
     methods.add_argument("--mhm-order", default=None, choices=("mdav", "npn", "md", "cbfs"),
                          help="mhm: the record ordering (default mdav)")
     methods.add_argument("--iterations", type=int, default=None, help="ils: iterations per block (default 200)")
@@ -141,7 +154,7 @@ def _anonymize(args):
         rows_per_file=args.rows_per_file,
         refine=args.refine,
         method_options=_given(args, grow="grow", gamma="gamma", eps="eps", mhm_order="mhm_order",
-                              grouping="univariate_grouping"),
+                              grouping="univariate_grouping", remainder="remainder"),
         refine_options=_given(args, iterations="iterations", time_budget="time_budget"),
         stitch=args.stitch,
         order=args.order,
@@ -152,6 +165,7 @@ def _anonymize(args):
         noise=args.noise,
         epsilon=args.epsilon,
         release_where=args.release_where,
+        missing=args.missing,
     )
     with dask_client(args.scheduler, workers=args.workers, threads_per_worker=args.threads_per_worker,
                      memory_limit=args.memory_limit, processes=args.processes) as client:
@@ -163,9 +177,14 @@ def _anonymize(args):
                 report = run(args.input, args.output, options, args.report, key, extra)
         else:
             report = run(args.input, args.output, options, args.report, key, extra)
-    _say(args, f"release: {report['output']} ({report['rows']} rows, {report['groups']} groups of "
-               f"{report['min_group_size']}..{report['max_group_size']} records, k={report['k']}, "
-               f"method {report['method']}, {report['blocks']} block(s))")
+    if report["method"] == "mic1d":
+        _say(args, f"release: {report['output']} ({report['rows']} rows, {report['values']} values in "
+                   f"{report['groups']} runs of {report['min_group_size']}..{report['max_group_size']} values, "
+                   f"k={report['k']}, method mic1d; real anonymity k' {report['real_anonymity']['all']:.2f})")
+    else:
+        _say(args, f"release: {report['output']} ({report['rows']} rows, {report['groups']} groups of "
+                   f"{report['min_group_size']}..{report['max_group_size']} records, k={report['k']}, "
+                   f"method {report['method']}, {report['blocks']} block(s))")
     if report["release_where"]:
         _say(args, f"released {report['rows_released']} of {report['rows']} rows ({report['release_where']})")
     if report["noise"] != "none":

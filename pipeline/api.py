@@ -14,6 +14,8 @@ from . import stats
 from .errors import InputError
 from .blocked import Blocking, blocked_partition
 from .blocking import sample_plan
+from ..kernels.missing import observed_means
+from .mic1d import check_mic1d, is_mic1d, merge_of, protect
 from .sequence import check_sequence, direction, grouping_of, is_sequence, partition_sequence
 from .solver import Solver
 from .stitch import STITCHING, solve_block
@@ -22,6 +24,7 @@ from .validation import (
     check_aggregate,
     check_blocking,
     check_finite,
+    check_missing,
     attribute_blocks as check_attribute_blocks,
     check_k,
     check_noise,
@@ -33,7 +36,7 @@ from .validation import (
 )
 
 
-def standardize(X, names=None):
+def standardize(X, names=None, missing="error"):
     """Z-scores of ``X`` (population std; a constant column becomes 0) and the ``(mean, std)`` used.
 
     The statistics are exact (correctly rounded), identical to those of the distributed pipeline.
@@ -42,7 +45,8 @@ def standardize(X, names=None):
     X = as_float_matrix(X)
     total = stats.chunk(X)
     names = names or [f"column {j}" for j in range(X.shape[1])]
-    check_finite(names, total)
+    empty = int(np.isnan(X).all(axis=1).sum()) if missing == "centroid" and X.shape[1] else 0
+    check_finite(names, total, missing, empty)
     mean, std = stats.finalize(total)
     return kernels.standardize(X, mean, std), mean, std
 
@@ -116,13 +120,18 @@ def _block_tuple(blocks):
     return tuple(tuple(str(c).strip() for c in b) for b in blocks)
 
 
-def _stratified_partition(df, Z, mean, std, qi, ids, k, method, method_options, refine, refine_options, seed,
-                          strata, small_strata, blocking):
-    """Labels of the blocked solve with one split tree per stratum (the distributed pipeline's)."""
+def _strata_plan(df, mean, std, qi, ids, k, strata, small_strata):
+    """The strata of ``df`` as the distributed pipeline plans them (small ones merged if asked)."""
     from .strata import check_strata, partition_counts, plan_strata
 
     check_strata(strata, small_strata, df.dtypes, qi, ids)
-    plan = plan_strata(strata, [partition_counts(df, strata, qi)], qi, mean, std, k, small_strata)
+    return plan_strata(strata, [partition_counts(df, strata, qi)], qi, mean, std, k, small_strata)
+
+
+def _stratified_partition(df, Z, mean, std, qi, ids, k, method, method_options, refine, refine_options, seed,
+                          strata, small_strata, blocking):
+    """Labels of the blocked solve with one split tree per stratum (the distributed pipeline's)."""
+    plan = _strata_plan(df, mean, std, qi, ids, k, strata, small_strata)
     solver = Solver.build(method, method_options, refine, refine_options, seed)
     blocks, stitching = _blocking(blocking or {"stitch": "light"}, k, seed)
     if is_sequence(method):
@@ -207,7 +216,7 @@ def where_mask(frame, release_where):
 def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggregate="mean", *,
               refine="none", method_options=None, refine_options=None, seed=0, noise="none", epsilon=None,
               release_where=None, weights=None, strata=None, small_strata="error", attribute_blocks=None,
-              **blocking):
+              missing="error", **blocking):
     """Microaggregate a DataFrame: QI columns replaced by their group's centroid.
 
     Parameters
@@ -223,6 +232,9 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
         weight): the centroid that replaces each group's values
     strata : columns whose distinct values are microaggregated separately (every group inside one
         stratum); the solve is then blocked (default blocking options), as in the distributed pipeline
+    missing : "error" (default): a missing (NaN) QI value is an error naming the column and the count;
+        "centroid": MDAV measures distances over each record's observed coordinates (rescaled to the
+        full dimension) and a missing value is released as its group's centroid (mdav only)
     small_strata : "error" (default) for a stratum with fewer than k rows, or "merge" it into the
         stratum with the nearest QI means
     attribute_blocks : e.g. ``[["A", "B"], ["C", "D"]]`` or ``"A,B;C,D"``: each block of QI columns
@@ -255,13 +267,14 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
             method_options=tuple(sorted((method_options or {}).items())),
             refine_options=tuple(sorted((refine_options or {}).items())), seed=seed, noise=noise,
             epsilon=epsilon, release_where=release_where, weights=weights, strata=tuple(strata or ()),
-            small_strata=small_strata, attribute_blocks=_block_tuple(attribute_blocks), **blocking,
+            small_strata=small_strata, attribute_blocks=_block_tuple(attribute_blocks), missing=missing, **blocking,
         )
         return build_release(df, options)[0]
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"anonymize expects a pandas or Dask DataFrame, got {type(df).__name__}")
     check_aggregate(aggregate)
     check_noise(noise, epsilon)
+    check_missing(missing, method, method_options, aggregate, weights, noise)
     blocks, named = check_attribute_blocks(attribute_blocks, quasi_identifiers, [str(c) for c in df.columns])
     if blocks and release_where:
         raise InputError("release_where cannot be combined with attribute blocks: a condition on one block's "
@@ -275,13 +288,28 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     if weights is not None:
         w = df[weights].to_numpy(dtype=np.float64)
         check_weight_values(weights, int((~(np.isfinite(w) & (w > 0))).sum()))
-    k = check_k(k, len(df))
+    width = min(len(b) for b in blocks or [qi]) if is_mic1d(method) else 1  # Mic1D-k's k counts values
+    k = check_k(k, len(df) * width)
     Solver.build(method, method_options, refine, refine_options, seed)  # fail before any work
     X = np.ascontiguousarray(df[qi].to_numpy(dtype=np.float64))
-    Z, mean, std = standardize(X, qi)
+    Z, mean, std = standardize(X, qi, missing)
     released = np.empty_like(X)
     first = 0
     check_sequence(method, refine, blocks)
+    check_mic1d(method, refine, aggregate, weights, noise, release_where)
+    if is_mic1d(method):
+        merge = merge_of(method_options)
+        stratum = None
+        if strata:
+            stratum = _strata_plan(df, mean, std, qi, ids, -(-k // width), tuple(strata), small_strata).codes(df)
+        for block in blocks or [qi]:  # every attribute block vectorized on its own
+            cols = np.arange(first, first + len(block))
+            released[:, cols] = protect(X[:, cols], k, stratum, merge)
+            first += len(block)
+        out = df.drop(columns=ids).copy()
+        for j, name in enumerate(qi):
+            out[name] = released[:, j]
+        return out
     if method == "univariate":
         blocks = [[c] for c in qi]  # individual ranking: every quasi-identifier on its own
     for block in blocks or [qi]:  # attribute blocks are microaggregated independently
@@ -295,6 +323,10 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
             labels = partition(Zb, k, method, refine=refine, standardized=True, method_options=method_options,
                                refine_options=refine_options, seed=seed, **blocking)
         Xb = np.ascontiguousarray(X[:, cols])
+        if missing == "centroid" and np.isnan(Xb).any():  # each group's observed means
+            released[:, cols] = observed_means(Xb, labels, int(labels.max()) + 1, mean[cols])[labels]
+            first += len(block)
+            continue
         released[:, cols] = released_table(Xb, labels, np.arange(len(X)), k, aggregate, noise, epsilon, seed, w,
                                            first)[labels]
         first += len(block)

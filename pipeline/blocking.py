@@ -188,6 +188,7 @@ class Forest:
 
     def route(self, Z, stratum=None):
         """Release-wide leaf of every row; ``stratum`` (int codes) is required with several trees."""
+        Z = at_mean(Z)
         if len(self.trees) == 1:
             return self.trees[0].route(Z)
         leaf = np.empty(Z.shape[0], dtype=np.int64)
@@ -207,9 +208,18 @@ class Forest:
         return self.trees[s], position - int(self.upper_offset[s])
 
 
+def at_mean(Z):
+    """``Z`` with its missing (NaN) z-scores at 0, the column mean: where blocking places an incomplete
+    record (the block's method then measures distances over its observed coordinates only)."""
+    if not np.isnan(Z).any():
+        return Z
+    return np.ascontiguousarray(np.where(np.isnan(Z), 0.0, Z))
+
+
 def build_forest(Z, stratum, n_strata, fraction, block_size, task_rows, k, order="kd"):
     """A :class:`Forest` from the sample ``Z`` (rows in row-id order) and the sample rows' strata
     (``stratum``, codes ``0..n_strata-1``; None: one stratum)."""
+    Z = at_mean(Z)
     if stratum is None:
         return Forest([build_tree(Z, fraction, block_size, task_rows, k, order)])
     trees = []

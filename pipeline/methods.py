@@ -28,6 +28,7 @@ from ..kernels.fixed_size import gsms as gsms_kernel
 from ..kernels.fixed_size import md as md_kernel
 from ..kernels.fixed_size import tfrp as tfrp_kernel
 from ..kernels.mdav import mdav_nc
+from ..kernels.missing import mdav_missing
 from .errors import InputError
 
 
@@ -64,8 +65,14 @@ def _grow_nc(method, grow):
 
 
 def _mdav(Z, k, grow="nn"):
-    """MDAV; ``grow="nc"`` is MDAV-NC (same selection of r and s, NC growth)."""
-    return mdav_nc(Z, k) if _grow_nc("mdav", grow) else kernels.mdav(Z, k)
+    """MDAV; ``grow="nc"`` is MDAV-NC (same selection of r and s, NC growth). With missing values
+    (NaN, ``--missing centroid``): MDAV over the observed coordinates (kernels/missing.py)."""
+    nc = _grow_nc("mdav", grow)
+    if np.isnan(Z).any():
+        if nc:
+            raise InputError("missing values are supported by mdav with grow=nn only")
+        return mdav_missing(Z, k)
+    return mdav_nc(Z, k) if nc else kernels.mdav(Z, k)
 
 
 def _cbfs(Z, k, grow="nn"):
@@ -82,6 +89,11 @@ def _univariate(Z, k, grouping="optimal"):
     from .sequence import univariate
 
     return univariate(Z, k, grouping)
+
+
+def _mic1d(Z, k, remainder="separate"):
+    raise InputError("mic1d releases protected values, not groups of records: use microagg.anonymize (or the "
+                     "CLI) with method='mic1d', or microagg.pipeline.mic1d.protect")
 
 
 def _projected(name):
@@ -160,7 +172,7 @@ def _ga(Z, k, seed=0, macro=7, population=50, generations=300, crossover=0.5, mu
     )
 
 
-_MIC1D = "Mortazavi & Jalili / Soria-Comas et al.: shared/papers/mic1d-one-dimension-microaggregation.txt, Algorithm 1"
+_MIC1D = "Nin (Mic1D paper), Algorithm 1: shared/papers/mic1d-one-dimension-microaggregation.txt"
 
 METHODS = {
     m.name: m
@@ -193,6 +205,16 @@ METHODS = {
             "see pipeline/sequence.py",
             _univariate,
             {"grouping": "optimal"},
+        ),
+        Method(
+            "mic1d",
+            "Mic1D-k: all QI values in one vector, sorted, in runs of k values normalized twice; each value "
+            "released as its run's mean mapped back (value-level anonymity; records get the real anonymity k')",
+            "Nin, Beyond multivariate microaggregation for large record anonymization; "
+            "shared/papers/mic1d-one-dimension-microaggregation.txt section 3; see pipeline/mic1d.py",
+            _mic1d,
+            {"remainder": "separate"},
+            bounded=False,
         ),
         Method(
             "dbm",

@@ -43,7 +43,8 @@ import pandas as pd
 
 from .. import kernels
 from ..kernels import groups
-from . import blocking, io, sequence, stats, stitch
+from ..kernels import missing as missing_kernels
+from . import blocking, io, mic1d, sequence, stats, stitch
 from .sequence import check_sequence
 from .strata import check_strata, partition_counts, plan_strata
 from .api import released_table, where_mask
@@ -53,6 +54,7 @@ from .validation import (
     check_aggregate,
     check_blocking,
     check_finite,
+    check_missing,
     attribute_blocks,
     check_noise,
     check_release_where,
@@ -95,6 +97,7 @@ class ReleaseOptions:
     strata: tuple = ()                  # columns whose distinct values are solved separately
     small_strata: str = "error"         # a stratum below k rows: "error" or "merge" (into the nearest)
     attribute_blocks: tuple = ()        # attribute blocks, each microaggregated on its own (tuples of names)
+    missing: str = "error"              # a missing QI value: "error", or "centroid" (kernels/missing.py)
 
 
 @dataclass
@@ -131,7 +134,8 @@ def plan(ddf, options):
     solver_of(options)
     if options.stitch not in stitch.STITCHING:
         raise InputError(f"unknown stitching {options.stitch!r}; choose one of: {', '.join(stitch.STITCHING)}")
-    check_blocking(options.block_size, options.blocks_per_task, options.order, options.k)
+    check_blocking(options.block_size, options.blocks_per_task, options.order,
+                   1 if mic1d.is_mic1d(options.method) else options.k)  # Mic1D-k's runs are not blocks
     reserved = [c for c in ddf.columns if str(c).startswith("_microagg_")]
     if reserved:
         raise InputError(f"input column(s) {reserved} use the reserved prefix '_microagg_'; rename them")
@@ -148,6 +152,11 @@ def plan(ddf, options):
     check_weights(options.weights, ddf.dtypes, qi, ids)
     check_strata(options.strata, options.small_strata, ddf.dtypes, qi, ids)
     check_sequence(options.method, options.refine, options.attribute_blocks)
+    mic1d.check_mic1d(options.method, options.refine, options.aggregate, options.weights, options.noise,
+                      options.release_where)
+    mic1d.merge_of(options.method_options)
+    check_missing(options.missing, options.method, options.method_options, options.aggregate, options.weights,
+                  options.noise)
     return qi, ids
 
 
@@ -166,16 +175,18 @@ def _partition_sums(part, qi, weights=None, strata=()):
         w = part[weights].to_numpy(dtype=np.float64, na_value=np.nan)
         bad = int((~(np.isfinite(w) & (w > 0))).sum())
     evidence = partition_counts(part, strata, qi) if strata else None
-    # plain float cross-products: for the reported covariance only
-    return sums, F.sum(axis=0), F.T @ F, bad, evidence
+    empty = int(np.isnan(X).all(axis=1).sum()) if X.shape[1] else 0  # rows with no observed QI
+    # plain float cross-products of the complete rows: for the reported covariance only
+    return sums, F.sum(axis=0), F.T @ F, bad, evidence, empty, len(F)
 
 
-def column_statistics(ddf, qi, weights=None, strata=()):
+def column_statistics(ddf, qi, weights=None, strata=(), missing="error"):
     """One pass: exact sums (mean, std), non-finite checks (and of the ``weights`` column), partition
     lengths, the covariance and, with ``strata`` columns, the rows and QI sums of every stratum.
 
-    Returns ``(rows, mean, std, lengths, covariance, strata_evidence)``; the covariance (population, of the raw QIs)
-    is reported, never used to decide anything, so its last bits may depend on the partitioning.
+    Returns ``(rows, mean, std, lengths, covariance, strata_evidence, missing cells per column)``; the
+    covariance (population, of the raw QIs, over the complete rows) is reported, never used to decide
+    anything, so its last bits may depend on the partitioning.
     """
     try:
         parts = dask.compute(*[dask.delayed(_partition_sums)(p, qi, weights, tuple(strata)) for p in ddf.to_delayed()])
@@ -188,14 +199,15 @@ def column_statistics(ddf, qi, weights=None, strata=()):
         raise
     chunks = [p[0] for p in parts]
     total = stats.combine(chunks)
-    check_finite(qi, total)
+    check_finite(qi, total, missing, sum(p[5] for p in parts))
     check_weight_values(weights, sum(p[3] for p in parts))
     mean, std = stats.finalize(total)
     lengths = [c.rows for c in chunks]
-    n = max(total.rows, 1)
+    n = max(sum(p[6] for p in parts), 1)
     first = np.sum([p[1] for p in parts], axis=0)
     covariance = np.sum([p[2] for p in parts], axis=0) / n - np.outer(first, first) / n**2
-    return total.rows, mean, std, lengths, covariance, [p[4] for p in parts] if strata else None
+    return (total.rows, mean, std, lengths, covariance, [p[4] for p in parts] if strata else None,
+            np.asarray(total.nans, dtype=np.int64))
 
 
 def _attach_row_id(part, offsets, lengths, partition_info=None):
@@ -312,6 +324,9 @@ def _release(rows, labels, job, gain):
     if not len(labels):
         return Released(rows.row_id, labels, np.empty((0, len(job.qi))), summarize(rows, labels, None, job, gain))
     o = job.options
+    if o.missing == "centroid" and np.isnan(rows.values).any():  # each group's observed means
+        table = missing_kernels.observed_means(rows.values, labels, int(labels.max()) + 1, job.mean)
+        return Released(rows.row_id, labels, table, summarize(rows, labels, table, job, gain))
     table = released_table(rows.values, labels, rows.row_id, o.k, o.aggregate, o.noise, o.epsilon, o.seed,
                            rows.weight, job.first_column)
     return Released(rows.row_id, labels, table, summarize(rows, labels, table, job, gain))
@@ -456,6 +471,106 @@ def solve_sequence(frame, qi, n_rows, mean, std, options, strata=None, first_col
     return released, _Shape(n_buckets, n_buckets)
 
 
+MIC1D_BUCKET_ROWS = 25
+"""Values per Mic1D-k bucket, in rows of a block task: about 2M values (30 MB in transit) at the
+default block size and blocks per task."""
+
+
+def _route_mic1d(part, job, split, n_buckets):
+    """An input partition melted into cells and cut into one piece per bucket of the first sort."""
+    X = np.ascontiguousarray(part[list(job.qi)].to_numpy(dtype=np.float64))
+    stratum = job.strata.codes(part) if job.strata else None
+    cells = mic1d.melt(X, part[ROW_ID].to_numpy(dtype=np.int64), stratum)
+    return _split(cells, mic1d.route(cells, "value", split, n_buckets), n_buckets)
+
+
+def _route_normalized(cells, split, n_buckets):
+    return _split(cells, mic1d.route(cells, "normalized", split, n_buckets), n_buckets)
+
+
+def _cut(cells, a, b):
+    return type(cells)(*(None if f is None else f[a:b] for f in cells))
+
+
+def _length(cells):
+    return len(cells.cell)
+
+
+def _every(cells, lo, stride):
+    """The cells at sequence positions ``lo, lo+1, ...`` that are multiples of ``stride``."""
+    return sequence.take(cells, np.arange(-lo % stride, len(cells.cell), stride))
+
+
+def _mic1d_second(job, lo, hi, bounds, merge, *slices):
+    """A stretch of whole runs of the second sort: the protected values, one :class:`Released` piece
+    per QI column (rows in row-id order, one value each), and the gate's evidence."""
+    width = len(job.qi)
+    cells = mic1d.concat(slices)
+    values, runs = mic1d.second_pass(cells, lo, hi, bounds, job.options.k, merge)
+    order = np.argsort(cells.cell, kind="stable")
+    cell, values, raw = cells.cell[order], values[order], cells.value[order]
+    column = cell % width
+    scale = np.where(job.std > 0, job.std, np.inf)[column]
+    bounds_, index = groups.group_members(np.ascontiguousarray(column), width)
+    pieces = []
+    for a, b in zip(bounds_[:-1], bounds_[1:]):
+        rows = index[a:b]
+        pieces.append(Released(cell[rows] // width, np.arange(b - a, dtype=np.int64), values[rows][:, None], {}))
+    evidence = {"values": len(cell), "runs": len(runs), "min_run": int(runs.min()), "max_run": int(runs.max()),
+                "short_runs": int(np.count_nonzero(runs < job.options.k)),
+                "sse": float((((raw - values) / scale) ** 2).sum()), "columns": np.diff(bounds_)}
+    return [*pieces, evidence]
+
+
+def _stretches(buckets, bounds, k, merge):
+    """The sorted buckets re-cut into stretches of whole runs: ``(lo, hi, slices)`` per stretch."""
+    sizes = dask.compute(*[delayed(_length, pure=True)(b) for b in buckets])
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    if offsets[-1] != bounds[-1]:
+        raise ReleaseGateError(f"Mic1D-k sorted {offsets[-1]} values but the input has {bounds[-1]}: the input "
+                               "changed during the job; nothing written")
+    return [(lo, hi, [delayed(_cut, pure=True)(buckets[b], a, z) for b, a, z in slices])
+            for lo, hi, slices in mic1d.targets(offsets, bounds, k, merge)]
+
+
+def solve_mic1d(frame, qi, n_rows, mean, std, options, strata=None, first_column=0, sample=None):
+    """Mic1D-k (:mod:`pipeline.mic1d`) on the cluster: melt, sort, normalize run by run, sort again,
+    protect run by run. Returns ``(pieces per QI column, evidence pieces, buckets per sort)``."""
+    width, k = len(qi), options.k
+    total = n_rows * width
+    merge = mic1d.merge_of(options.method_options)
+    bounds = mic1d.stratum_bounds(
+        [total] if strata is None else np.bincount(strata.tree_of, weights=strata.rows, minlength=strata.n_trees)
+        .astype(np.int64) * width)
+    _, sample = sample or draw_sample(frame, qi, n_rows, options)
+    s_cells = mic1d.melt(sample[qi].to_numpy(dtype=np.float64), sample[ROW_ID].to_numpy(dtype=np.int64),
+                         strata.codes(sample) if strata else None)
+    n_buckets = max(1, -(-total // (options.block_size * options.blocks_per_task * MIC1D_BUCKET_ROWS)))
+    split = mic1d.splitters(s_cells, "value", n_buckets)
+    job = delayed(_Job(tuple(qi), mean, std, None, options, strata, first_column),
+                  name=f"microagg-job-{uuid.uuid4().hex}")
+    columns = [ROW_ID, *qi] + list(options.strata)
+    routed = [delayed(_route_mic1d, pure=True, nout=n_buckets)(part, job, split, n_buckets)
+              for part in frame[columns].to_delayed()]
+    buckets = persisted(*[delayed(mic1d.sort_cells, pure=True)([r[b] for r in routed], "value")
+                          for b in range(n_buckets)])
+    stretches = _stretches(buckets, bounds, k, merge)
+    first = persisted(*[delayed(mic1d.first_pass, pure=True)(delayed(mic1d.concat, pure=True)(cuts), lo, hi, bounds,
+                                                            k, merge)
+                        for lo, hi, cuts in stretches])
+    del buckets
+    stride = max(1, total // max(len(s_cells.cell), 1))  # about as many values as the first sample
+    sampled = dask.compute(*[delayed(_every, pure=True)(c, lo, stride) for c, (lo, _, _) in zip(first, stretches)])
+    split = mic1d.splitters(mic1d.concat(sampled), "normalized", n_buckets)
+    routed = [delayed(_route_normalized, pure=True, nout=n_buckets)(c, split, n_buckets) for c in first]
+    buckets = persisted(*[delayed(mic1d.sort_cells, pure=True)([r[b] for r in routed], "normalized")
+                          for b in range(n_buckets)])
+    del first, routed
+    out = [delayed(_mic1d_second, pure=True, nout=width + 1)(job, lo, hi, bounds, merge, *cuts)
+           for lo, hi, cuts in _stretches(buckets, bounds, k, merge)]
+    return [[o[j] for o in out] for j in range(width)], [o[width] for o in out], n_buckets
+
+
 # --- stage 4: the gate -----------------------------------------------------------------------------
 
 def tuple_counts(table, sizes):
@@ -493,7 +608,7 @@ def summarize(rows, labels, table, job, gain):
     sse = 0.0
     if table is not None and len(labels):
         scale = np.where(job.std > 0, job.std, np.inf)
-        sse = float((((rows.values - table[labels]) / scale) ** 2).sum())
+        sse = float(np.nansum(((rows.values - table[labels]) / scale) ** 2))  # observed cells
     block_ids, block_rows = np.unique(rows.leaf, return_counts=True)
     released = len(labels)
     if job.options.release_where and table is not None and len(table):
@@ -741,15 +856,20 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         # and kept in memory (spilled if need be) for every pass, the final write included.
         # (Local schedulers re-read: persisting a Parquet read there loses partitions in dask 2026.8.)
         source = persisted(ddf)[0] if _client() is not None else ddf
-        n_rows, mean, std, lengths, covariance, evidence = column_statistics(source, qi, options.weights,
-                                                                             options.strata)
-        check_k(options.k, n_rows)
-        strata = (plan_strata(options.strata, evidence, qi, mean, std, options.k, options.small_strata)
+        n_rows, mean, std, lengths, covariance, evidence, missing = column_statistics(
+            source, qi, options.weights, options.strata, options.missing)
+        # Mic1D-k's k counts values (each block's rows x columns), every other method's rows
+        width = min(len(b) for b in options.attribute_blocks or [qi]) if mic1d.is_mic1d(options.method) else 1
+        check_k(options.k, n_rows * width)
+        strata = (plan_strata(options.strata, evidence, qi, mean, std, -(-options.k // width), options.small_strata)
                   if options.strata else None)
         frame = with_row_ids(source, lengths)
     blocks = [list(b) for b in options.attribute_blocks] or (
         [[c] for c in qi] if options.method == "univariate" else [list(qi)])  # individual ranking: column by column
     starts = np.cumsum([0] + [len(b) for b in blocks])
+    if mic1d.is_mic1d(options.method):
+        return _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, starts, n_rows, mean, std,
+                            covariance, lengths, strata)
     with timings.stage("blocks"):
         solved, forests = [], []
         sample = draw_sample(frame, qi, n_rows, options)  # one sample serves every attribute block
@@ -767,7 +887,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
     summaries = [s for block_summaries, _ in per_block for s in block_summaries]
     block_sizes = np.concatenate([sizes for _, sizes in per_block])
     sse = sum(s["sse"] for s in summaries)
-    sst = float(n_rows * np.count_nonzero(std > 0))
+    sst = float(((n_rows - missing) * (std > 0)).sum())  # over the observed cells
     report = {
         "rows": n_rows,
         "k": options.k,
@@ -804,6 +924,8 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         "noise": options.noise,
         "epsilon": options.epsilon,
         "release_where": options.release_where,
+        "missing": options.missing,
+        "imputed_cells": dict(zip(qi, missing.tolist())),
         "rows_released": sum(s["rows_released"] for s in per_block[0][0]),
         "options": asdict(options),
         "version": __version__,
@@ -816,6 +938,107 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
     by_block = [(range(starts[b], starts[b + 1]), pieces) for b, pieces in enumerate(solved)]
     released = restore_order(frame, by_block, lengths, qi, ids, n_rows, options.rows_per_file, key,
                              options.release_where)
+    return released, report
+
+
+def _mic1d_gate(evidence, n_rows, width, bounds, k, merge):
+    """Checks of a Mic1D-k attribute block's evidence: every cell released exactly once, and the only
+    runs shorter than k the remainder runs the method makes (none with ``remainder="merge"``).
+    Returns the block's totals."""
+    columns = np.sum([e["columns"] for e in evidence], axis=0)
+    if (columns != n_rows).any():
+        wrong = int(np.count_nonzero(columns != n_rows))
+        raise ReleaseGateError(f"Mic1D-k released {columns.tolist()} values per column for {n_rows} rows "
+                               f"({wrong} column(s) wrong); nothing written")
+    short = sum(e["short_runs"] for e in evidence)
+    expected = mic1d.expected_short_runs(bounds, k, merge)
+    if short != expected:
+        raise ReleaseGateError(f"Mic1D-k made {short} run(s) of fewer than k={k} values where it makes "
+                               f"{expected}; nothing written")
+    return {"runs": sum(e["runs"] for e in evidence), "min_run": min(e["min_run"] for e in evidence),
+            "max_run": max(e["max_run"] for e in evidence), "short_runs": short,
+            "sse": sum(e["sse"] for e in evidence)}
+
+
+def _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, starts, n_rows, mean, std, covariance,
+                 lengths, strata):
+    """:func:`build_release` for Mic1D-k: every attribute block (by default all QIs) vectorized and
+    protected on its own; the gate checks the runs; the report gives k' for the whole record, each
+    block and each QI."""
+    from .. import __version__
+
+    merge = mic1d.merge_of(options.method_options)
+    with timings.stage("blocks"):
+        sample = draw_sample(frame, qi, n_rows, options)
+        columns, evidence, buckets = [], [], 0
+        for block, first in zip(blocks, starts):
+            cols = np.arange(first, first + len(block))
+            pieces, proof, n_buckets = solve_mic1d(frame, block, n_rows, mean[cols], std[cols], options, strata,
+                                                   int(first), sample)
+            flat = persisted(*[p for column in pieces for p in column], *proof)
+            per = len(pieces[0])
+            columns += [list(flat[j * per:(j + 1) * per]) for j in range(len(block))]
+            evidence.append(list(flat[len(block) * per:]))
+            buckets += n_buckets
+    with timings.stage("gate"):
+        totals = []
+        for block, proof in zip(blocks, evidence):
+            values = n_rows * len(block)
+            bounds = mic1d.stratum_bounds([values] if strata is None else np.bincount(
+                strata.tree_of, weights=strata.rows, minlength=strata.n_trees).astype(np.int64) * len(block))
+            totals.append(_mic1d_gate(dask.compute(*proof), n_rows, len(block), bounds, options.k, merge))
+    by_column = [(range(j, j + 1), pieces) for j, pieces in enumerate(columns)]
+    with timings.stage("real anonymity"):
+        subsets = {"all": tuple(range(len(qi)))}
+        if len(blocks) > 1:
+            subsets.update({f"block {b + 1}": tuple(range(starts[b], starts[b + 1])) for b in range(len(blocks))})
+        subsets.update({name: (j,) for j, name in enumerate(qi)})
+        k_prime = dict(zip(subsets, real_anonymity(by_column, len(qi), n_rows, options.rows_per_file,
+                                                   list(subsets.values()))))
+    sse = sum(t["sse"] for t in totals)
+    sst = float(n_rows * np.count_nonzero(std > 0))
+    report = {
+        "rows": n_rows,
+        "k": options.k,
+        "method": options.method,
+        "method_options": dict(options.method_options),
+        "refine": options.refine,
+        "refine_options": {},
+        "stitch": None,
+        "order": "value",
+        "aggregate": options.aggregate,
+        "seed": options.seed,
+        "quasi_identifiers": qi,
+        "statistics": {"mean": mean.tolist(), "std": std.tolist(), "covariance": covariance.tolist()},
+        "identifiers_dropped": [] if options.hash_identifiers else ids,
+        "identifiers_hashed": ids if options.hash_identifiers else [],
+        "values": n_rows * len(qi),
+        "groups": sum(t["runs"] for t in totals),  # runs of the second sort: the released means
+        "min_group_size": min(t["min_run"] for t in totals),
+        "max_group_size": max(t["max_run"] for t in totals),
+        "remainder_runs": sum(t["short_runs"] for t in totals),
+        "remainder": "merge" if merge else "separate",
+        "information_loss": 100.0 * sse / sst if sst > 0 else 0.0,
+        "sse": sse,
+        "sst": sst,
+        "k_anonymity_verified": False,
+        "k_anonymity_scope": ("values: every released value is computed from a run of k values (Mic1D-k); "
+                              "records are not k-anonymous, see real_anonymity"),
+        "real_anonymity": k_prime,
+        "min_tuple_count": None,
+        "blocks": len(blocks),
+        "attribute_blocks": {"blocks": [{"columns": b} for b in blocks]} if len(blocks) > 1 else None,
+        "tasks": buckets,
+        "strata": strata.describe() if strata else None,
+        "noise": options.noise,
+        "epsilon": options.epsilon,
+        "release_where": options.release_where,
+        "rows_released": n_rows,
+        "options": asdict(options),
+        "version": __version__,
+    }
+    key = identifier_key if options.hash_identifiers else None
+    released = restore_order(frame, by_column, lengths, qi, ids, n_rows, options.rows_per_file, key, None)
     return released, report
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import kernels
+from ..kernels.missing import fill_missing
 from .errors import InputError
 from .methods import get_method, get_refiner, run_method, run_refiner
 
@@ -59,6 +60,9 @@ class Solver:
         m = get_method(self.method)
         labels = run_method(m, Z, k, self._with_seed(self.method_options, m.options, tag))
         if self.refine != "none":
+            if np.isnan(Z).any():  # missing values: refined at their groups' observed means
+                Z = Z.copy()
+                fill_missing(Z, labels, int(labels.max()) + 1)
             r = get_refiner(self.refine)
             labels = run_refiner(r, Z, labels, k, self._with_seed(self.refine_options, r.options, tag))
         return labels

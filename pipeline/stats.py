@@ -60,11 +60,12 @@ def combine(parts):
 
 
 def finalize(total):
-    """``(mean, std)`` float64 arrays: correctly rounded mean and population std (ddof=0)."""
-    n = total.rows
+    """``(mean, std)`` float64 arrays: correctly rounded mean and population std (ddof=0) of each
+    column's observed values (missing ones, allowed with ``--missing centroid``, are not counted)."""
     mean = np.empty(len(total.sums))
     std = np.empty(len(total.sums))
     for j, (s, q) in enumerate(zip(total.sums, total.squares)):
+        n = max(total.rows - int(total.nans[j]), 1)
         m = s / n
         var = q / n - m * m
         mean[j] = float(m)

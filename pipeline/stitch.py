@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import kernels
 from ..kernels import groups, refine
+from ..kernels.missing import fill_missing
 from .blocking import principal_direction
 
 NEIGHBORS = 8  # candidate groups per group in the local search
@@ -160,12 +161,15 @@ class _TaskSolver:
         self.Z, self.bounds, self.tree, self.tag_offset = Z, bounds, tree, tag_offset
         self.k, self.solver, self.settings = k, solver, settings
         self.labels = np.full(Z.shape[0], -1, dtype=np.int64)
+        self.missing = bool(np.isnan(Z).any())
         self.next = 0
         self.leaf_rank = 0
         self.gain = 0.0
 
     def solve(self, s, e, tag):
         block = solve_block(self.Z[s:e], self.k, self.solver, self.tag_offset + tag)
+        if self.missing:  # stitching sees every missing cell at its group's observed mean
+            fill_missing(self.Z[s:e], block, int(block.max()) + 1)
         self.labels[s:e] = block + self.next
         self.next += int(block.max()) + 1
 
@@ -224,6 +228,9 @@ def solve_task(Z, leaf, tree, task, k, solver, settings, tag_offset=0):
     labels = np.empty_like(run.labels)
     labels[order] = run.labels
     labels = compact(labels)
+    if run.missing:  # the completed rows (missing cells at their block groups' observed means)
+        Z = np.empty_like(run.Z)
+        Z[order] = run.Z
     return labels, assign_upper(Z, labels, tree, task, settings)[labels], run.gain
 
 
@@ -232,6 +239,9 @@ def stitch_upper(Z, group_ids, k, solver, settings):
     together. Returns ``(labels, gain)``, labels ``0..g-1``."""
     local = compact(group_ids)
     n_groups = int(local.max()) + 1
+    if np.isnan(Z).any():
+        Z = Z.copy()
+        fill_missing(Z, local, n_groups)
     labels, gain = improve_groups(Z, local, n_groups, np.arange(n_groups), k, solver, settings)
     return compact(labels), gain
 

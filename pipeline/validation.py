@@ -190,12 +190,36 @@ def non_numeric_error(column, sample):
     )
 
 
-def check_finite(columns, totals):
-    """Raise if any QI column has NaN (missing), infinite or overflowing values, naming each and its
-    row count. ``totals`` is a :class:`pipeline.stats.ColumnSums`."""
+MISSING = ("error", "centroid")
+
+
+def check_missing(missing, method, method_options, aggregate, weights, noise):
+    """``--missing centroid`` is supported by MDAV (NN growth) with the mean aggregate."""
+    if missing not in MISSING:
+        raise InputError(f"unknown --missing {missing!r}; choose one of: {', '.join(MISSING)}")
+    if missing == "error":
+        return
+    if method != "mdav" or dict(method_options or ()).get("grow", "nn") != "nn":
+        raise InputError(f"--missing centroid measures distances over the observed coordinates in MDAV; it "
+                         f"supports --method mdav (grow nn), not {method!r}")
+    for bad, flag in ((aggregate != "mean", f"--aggregate {aggregate}"), (weights is not None, "--weights"),
+                      (noise not in (None, "none"), f"--noise {noise}")):
+        if bad:
+            raise InputError(f"--missing centroid releases each missing value as its group's observed mean; it "
+                             f"cannot be combined with {flag}")
+
+
+def check_finite(columns, totals, missing="error", empty_rows=0):
+    """Raise if any QI column has NaN (missing; allowed with ``missing="centroid"`` unless a column or
+    a row has no observed value), infinite or overflowing values, naming each and its row count.
+    ``totals`` is a :class:`pipeline.stats.ColumnSums`; ``empty_rows`` counts rows with every QI missing."""
     problems = []
+    if missing == "centroid" and empty_rows:
+        problems.append(f"{int(empty_rows)} row(s) have every quasi-identifier missing (nothing to place them by)")
     for name, nans, infs, huge in zip(columns, totals.nans, totals.infs, totals.huge):
-        if nans:
+        if nans and missing == "centroid" and nans == totals.rows:
+            problems.append(f"column {name!r} has no observed value ({int(nans)} row(s), all missing)")
+        elif nans and missing != "centroid":
             problems.append(f"column {name!r} has {int(nans)} row(s) with a missing (NaN) value")
         if infs:
             problems.append(f"column {name!r} has {int(infs)} row(s) with an infinite value")
@@ -205,7 +229,8 @@ def check_finite(columns, totals):
     if problems:
         raise InputError(
             "quasi-identifiers must be finite numbers: " + "; ".join(problems)
-            + ". Impute or drop those rows before microaggregation."
+            + (". Impute or drop those rows before microaggregation, or release missing values as their "
+               "group's centroid with --missing centroid." if missing != "centroid" else ".")
         )
 
 

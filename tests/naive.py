@@ -157,3 +157,152 @@ def group_medians(X, labels):
     for g in groups:
         out[g] = np.median(X[labels == g], axis=0)
     return out
+
+
+# --- evaluation measures (pipeline/metrics.py) ----------------------------------------------------
+
+
+def links(Z, Zm):
+    """Brute-force record linkage through the full ``(m, n)`` matrix of squared distances between
+    masked rows ``Zm`` and original rows ``Z``: per masked row ``i``, the smallest distance, the number
+    of originals at exactly that distance, and whether original ``i`` is one of them. Distances are
+    accumulated column by column (the kernel's order of operations), so ties are the kernel's ties."""
+    Z = np.asarray(Z, dtype=np.float64)
+    Zm = np.asarray(Zm, dtype=np.float64)
+    D = np.zeros((Zm.shape[0], Z.shape[0]))
+    for j in range(Z.shape[1]):
+        D += (Z[None, :, j] - Zm[:, j, None]) ** 2
+    best = D.min(axis=1) if Z.shape[0] else np.full(Zm.shape[0], np.inf)
+    at_best = D == best[:, None]
+    count = at_best.sum(axis=1)
+    own = np.array([i < Z.shape[0] and at_best[i, i] for i in range(Zm.shape[0])], dtype=bool)
+    return best, count, own
+
+
+def dld(X, Xm, columns=None):
+    """DLD by definition: z-score both files with the original's mean and population std, link each
+    masked record to its nearest originals (full distance matrix), credit 1/t when record i is among
+    the t originals at the minimal distance; 100 * credits / n."""
+    X = np.asarray(X, dtype=np.float64)
+    Xm = np.asarray(Xm, dtype=np.float64)
+    mean, std = X.mean(axis=0), X.std(axis=0)
+    scale = np.where(std > 0, std, np.inf)
+    Z, Zm = (X - mean) / scale, (Xm - mean) / scale
+    if columns is not None:
+        Z, Zm = Z[:, columns], Zm[:, columns]
+    _, count, own = links(Z, Zm)
+    return 100.0 * sum(1.0 / count[i] for i in range(len(own)) if own[i]) / X.shape[0]
+
+
+def information_loss_family(X, Xm):
+    """The four components of Domingo-Ferrer and Torra (2001), term by term (a term with a zero
+    denominator is skipped), each x 100, and their mean."""
+    X = np.asarray(X, dtype=np.float64)
+    Xm = np.asarray(Xm, dtype=np.float64)
+    n, p = X.shape
+    V, Vm = np.cov(X, rowvar=False).reshape(p, p), np.cov(Xm, rowvar=False).reshape(p, p)
+
+    def corr(C):
+        R = np.zeros((p, p))
+        for a in range(p):
+            for b in range(p):
+                if C[a, a] > 0 and C[b, b] > 0:
+                    R[a, b] = C[a, b] / np.sqrt(C[a, a] * C[b, b])
+        return R
+
+    R, Rm = corr(V), corr(Vm)
+    x_terms = [abs(X[i, j] - Xm[i, j]) / abs(X[i, j]) for i in range(n) for j in range(p) if X[i, j] != 0]
+    v_terms = [abs(V[j, k] - Vm[j, k]) / abs(V[j, k]) for k in range(p) for j in range(k + 1) if V[j, k] != 0]
+    s_terms = [abs(V[j, j] - Vm[j, j]) / abs(V[j, j]) for j in range(p) if V[j, j] != 0]
+    r_terms = [abs(R[j, k] - Rm[j, k]) for k in range(p) for j in range(k)]
+    out = {"X-X'": 100 * np.mean(x_terms), "V-V'": 100 * np.mean(v_terms), "S-S'": 100 * np.mean(s_terms),
+           "R-R'": 100 * np.mean(r_terms) if r_terms else np.nan}
+    out["IL"] = np.nanmean(list(out.values()))
+    return out
+
+
+def il1s(X, Xm):
+    """IL1s = 1/(p n) sum_j sum_i |x_ij - x'_ij| / (sqrt(2) S_j), S_j the sample std (ddof=1); constant
+    columns skipped."""
+    X = np.asarray(X, dtype=np.float64)
+    Xm = np.asarray(Xm, dtype=np.float64)
+    n, p = X.shape
+    total, used = 0.0, 0
+    for j in range(p):
+        s = X[:, j].std(ddof=1)
+        if s > 0:
+            used += 1
+            total += sum(abs(X[i, j] - Xm[i, j]) / (np.sqrt(2) * s) for i in range(n))
+    return total / (n * used) if used else 0.0
+
+
+def sse_il(X, Xm):
+    """SSE between the z-scored original and masked files (original's mean and population std),
+    SST of the z-scored original, IL = 100 SSE / SST."""
+    X = np.asarray(X, dtype=np.float64)
+    Xm = np.asarray(Xm, dtype=np.float64)
+    mean, std = X.mean(axis=0), X.std(axis=0)
+    scale = np.where(std > 0, std, np.inf)
+    Z, Zm = (X - mean) / scale, (Xm - mean) / scale
+    e = float(((Z - Zm) ** 2).sum())
+    t = sst(Z)
+    return {"SSE": e, "SST": t, "IL": 100 * e / t if t > 0 else 0.0}
+
+
+def interval_disclosure(X, Xm, p=10):
+    """Rank-based interval disclosure by definition: per attribute, rank the masked values 0..n-1
+    (ties occupy a block of ranks); around record r's masked value take every masked value whose rank
+    is within h of the block (2h < p n / 100); r counts if its original value lies between the
+    smallest and the largest of them. Percentage of (record, attribute) pairs counted."""
+    X = np.asarray(X, dtype=np.float64)
+    Xm = np.asarray(Xm, dtype=np.float64)
+    n, d = X.shape
+    h = max(int(np.ceil(p * n / 200)) - 1, 0)
+    hits = 0
+    for j in range(d):
+        ranked = sorted(Xm[:, j])
+        for r in range(n):
+            v = Xm[r, j]
+            block = [i for i in range(n) if ranked[i] == v]
+            window = [ranked[i] for i in range(n) if block[0] - h <= i <= block[-1] + h]
+            hits += min(window) <= X[r, j] <= max(window)
+    return 100.0 * hits / (n * d)
+
+
+def mic1d_paper(X, k, merge=False):
+    """Mic1D-k exactly as the paper's section 3 reads: vectorize, sort, partitions of k (the last with
+    the remainder, or merged into the one before), normalize each, re-sort, re-normalize, partition
+    means, de-normalize both steps, put every value back at its cell."""
+    X = np.asarray(X, dtype=float)
+    values = X.reshape(-1)
+    N = len(values)
+
+    def partitions(n):
+        bounds = list(range(0, n, k)) + [n]
+        if merge and len(bounds) > 2 and n % k:
+            bounds.pop(-2)
+        return list(zip(bounds[:-1], bounds[1:]))
+
+    def normalize(v):
+        lo, hi = v.min(), v.max()
+        return (np.full(len(v), 0.5) if hi == lo else (v - lo) / (hi - lo)), lo, hi
+
+    order1 = sorted(range(N), key=lambda c: (values[c], c))
+    vbar = np.empty(N)
+    range1 = {}
+    for a, b in partitions(N):
+        cells = order1[a:b]
+        normalized, lo, hi = normalize(values[cells])
+        for c, v in zip(cells, normalized):
+            vbar[c] = v
+            range1[c] = (lo, hi)
+    order2 = sorted(range(N), key=lambda c: (vbar[c], c))
+    out = np.empty(N)
+    for a, b in partitions(N):
+        cells = order2[a:b]
+        normalized, lo2, hi2 = normalize(vbar[cells])
+        level = lo2 + (hi2 - lo2) * normalized.mean()
+        for c in cells:
+            lo, hi = range1[c]
+            out[c] = lo + (hi - lo) * level
+    return out.reshape(X.shape)
