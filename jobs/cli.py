@@ -6,6 +6,8 @@ import os
 import sys
 import traceback
 
+from . import generate
+from .flags import add_cluster_arguments
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -115,18 +117,7 @@ def _add_anonymize(sub):
     p.add_argument("--hash-identifiers", action="store_true",
                    help="replace identifiers by their keyed HMAC-SHA256 instead of dropping them; the key is "
                         "read from the environment variable MICROAGG_HMAC_KEY (never from the command line)")
-    p.add_argument("--scheduler", default="local", metavar="local|synchronous|tcp://HOST:PORT",
-                   help="local: an embedded Dask cluster sized to this machine (default); synchronous: no "
-                        "cluster, everything in this process; or the address of a running Dask scheduler")
-    p.add_argument("--workers", type=int, default=None,
-                   help="workers of the local cluster (default: 1, or one per core with --processes)")
-    p.add_argument("--threads-per-worker", type=int, default=None,
-                   help="threads per local worker (default: one per core, or 1 with --processes)")
-    p.add_argument("--processes", action=argparse.BooleanOptionalAction, default=False,
-                   help="local cluster: run each worker in its own process (isolates worker memory; "
-                        "costs start-up and transfers) instead of as threads of this process (default: "
-                        "measured faster, the kernels release the GIL)")
-    p.add_argument("--memory-limit", default="auto", help="memory limit per local worker, e.g. 4GiB (default auto)")
+    add_cluster_arguments(p)
 
 
 def _anonymize(args):
@@ -232,10 +223,11 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_anonymize(sub)
     sub.add_parser("methods", help="list the available methods with the paper each comes from")
+    generate.add_parser(sub)
     return parser
 
 
-COMMANDS = {"anonymize": _anonymize, "methods": _methods}
+COMMANDS = {"anonymize": _anonymize, "methods": _methods, "generate": generate.run}
 
 
 def main(argv=None):

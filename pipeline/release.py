@@ -380,7 +380,11 @@ def _client():
 
 def persisted(*objs):
     """Persist Dask collections and wait for them, so stage timings measure the work."""
-    objs = dask.persist(*objs)
+    return _wait(dask.persist(*objs))
+
+
+def _wait(objs):
+    """Wait for persisted collections (on a cluster; local schedulers persist synchronously)."""
     if _client() is not None:
         from distributed import futures_of, wait
 
@@ -552,20 +556,28 @@ def solve_mic1d(frame, qi, n_rows, mean, std, options, strata=None, first_column
     columns = [ROW_ID, *qi] + list(options.strata)
     routed = [delayed(_route_mic1d, pure=True, nout=n_buckets)(part, job, split, n_buckets)
               for part in frame[columns].to_delayed()]
-    buckets = persisted(*[delayed(mic1d.sort_cells, pure=True)([r[b] for r in routed], "value")
-                          for b in range(n_buckets)])
+    # Each stage is submitted, then the references to its inputs dropped before waiting, so that on a
+    # cluster every input is freed as soon as its last consumer has run (at 10M rows a copy of the
+    # cells in transit is 5 GB).
+    buckets = dask.persist(*[delayed(mic1d.sort_cells, pure=True)([r[b] for r in routed], "value")
+                             for b in range(n_buckets)])
+    del routed
+    _wait(buckets)
     stretches = _stretches(buckets, bounds, k, merge)
-    first = persisted(*[delayed(mic1d.first_pass, pure=True)(delayed(mic1d.concat, pure=True)(cuts), lo, hi, bounds,
-                                                            k, merge)
-                        for lo, hi, cuts in stretches])
-    del buckets
+    lows = [lo for lo, _, _ in stretches]
+    first = dask.persist(*[delayed(mic1d.first_pass, pure=True)(delayed(mic1d.concat, pure=True)(cuts), lo, hi,
+                                                               bounds, k, merge)
+                           for lo, hi, cuts in stretches])
+    del buckets, stretches
+    _wait(first)
     stride = max(1, total // max(len(s_cells.cell), 1))  # about as many values as the first sample
-    sampled = dask.compute(*[delayed(_every, pure=True)(c, lo, stride) for c, (lo, _, _) in zip(first, stretches)])
+    sampled = dask.compute(*[delayed(_every, pure=True)(c, lo, stride) for c, lo in zip(first, lows)])
     split = mic1d.splitters(mic1d.concat(sampled), "normalized", n_buckets)
     routed = [delayed(_route_normalized, pure=True, nout=n_buckets)(c, split, n_buckets) for c in first]
-    buckets = persisted(*[delayed(mic1d.sort_cells, pure=True)([r[b] for r in routed], "normalized")
-                          for b in range(n_buckets)])
+    buckets = dask.persist(*[delayed(mic1d.sort_cells, pure=True)([r[b] for r in routed], "normalized")
+                             for b in range(n_buckets)])
     del first, routed
+    _wait(buckets)
     out = [delayed(_mic1d_second, pure=True, nout=width + 1)(job, lo, hi, bounds, merge, *cuts)
            for lo, hi, cuts in _stretches(buckets, bounds, k, merge)]
     return [[o[j] for o in out] for j in range(width)], [o[width] for o in out], n_buckets
@@ -737,9 +749,11 @@ def _assemble(start, stop, qi, slots, *pieces):
 
 
 def _distinct_tuples(start, stop, width, subsets, slots, *pieces):
-    """Per subset of QI columns, the 64-bit hashes of the distinct released tuples of these rows."""
+    """Per subset of QI columns, the distinct released tuples of these rows: the values themselves for
+    one column, else their 64-bit hashes."""
     values = _scatter(start, stop, width, slots, pieces)
-    return [_sorted_unique(pd.util.hash_pandas_object(pd.DataFrame(values[list(cols)].T, copy=False),
+    return [_sorted_unique(values[cols[0]]) if len(cols) == 1 else
+            _sorted_unique(pd.util.hash_pandas_object(pd.DataFrame(values[list(cols)].T, copy=False),
                                                       index=False).to_numpy())
             for cols in subsets]
 
