@@ -6,7 +6,7 @@ import os
 import sys
 import traceback
 
-from . import generate
+from . import evaluate, generate
 from .flags import add_cluster_arguments
 
 EXIT_OK = 0
@@ -224,10 +224,11 @@ def build_parser():
     _add_anonymize(sub)
     sub.add_parser("methods", help="list the available methods with the paper each comes from")
     generate.add_parser(sub)
+    evaluate.add_parser(sub)
     return parser
 
 
-COMMANDS = {"anonymize": _anonymize, "methods": _methods, "generate": generate.run}
+COMMANDS = {"anonymize": _anonymize, "methods": _methods, "generate": generate.run, "evaluate": evaluate.run}
 
 
 def main(argv=None):

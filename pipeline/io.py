@@ -55,6 +55,14 @@ def resolve_input(path):
     )
 
 
+def input_bytes(path):
+    """Bytes the input takes where it is stored (files or objects), without reading it."""
+    fmt, urlpath = resolve_input(path)
+    fs, _, paths = fsspec.get_fs_token_paths(urlpath)
+    files = [f for p in paths for f in (fs.find(p) if fs.isdir(p) else [p])]
+    return sum(fs.size(f) or 0 for f in files if not os.path.basename(f).startswith(("_", ".")))
+
+
 def read_input(path, blocksize="64MB"):
     """A Dask DataFrame over the input; nothing is computed (schema only)."""
     fmt, urlpath = resolve_input(path)

@@ -453,6 +453,11 @@ def _release_sequence(job, b, frontier, bucket, nodes):
     return _release(released, stitch.compact(labels[order]) if len(order) else labels, job, 0.0)
 
 
+MAX_BUCKETS = 256
+"""At most this many buckets per sequence (larger buckets beyond 20M rows): every input partition
+sends one piece to every bucket, so the graph grows with partitions x buckets."""
+
+
 def solve_sequence(frame, qi, n_rows, mean, std, options, strata=None, first_column=0, sample=None):
     """A sequence method (:mod:`pipeline.sequence`) on the cluster: score, range-partition into buckets,
     sort each, chain the shortest path through them, release each bucket's groups. Returns
@@ -462,7 +467,7 @@ def solve_sequence(frame, qi, n_rows, mean, std, options, strata=None, first_col
     direction = sequence.direction(options.method, Zs)
     s_stratum = (strata.codes(sample) if strata else np.zeros(len(sample), dtype=np.int64)).astype(np.int64)
     s_score = sequence.scores(options.method, Zs, direction)
-    n_buckets = max(1, -(-n_rows // (options.block_size * options.blocks_per_task)))
+    n_buckets = min(max(1, -(-n_rows // (options.block_size * options.blocks_per_task))), MAX_BUCKETS)
     splitters = sequence.splitters(s_stratum, s_score, sample[ROW_ID].to_numpy(dtype=np.int64), n_buckets)
     job = delayed(_Job(tuple(qi), mean, std, None, options, strata, first_column, direction),
                   name=f"microagg-job-{uuid.uuid4().hex}")
@@ -844,13 +849,15 @@ def _enough_partitions(ddf):
     return ddf
 
 
-def build_release(ddf, options, timings=None, identifier_key=None, columns=None):
+def build_release(ddf, options, timings=None, identifier_key=None, columns=None, keep_input=True):
     """All stages but the write: ``(released, report)``.
 
     ``released`` is a lazy Dask DataFrame of the input rows in input order (QIs replaced by group
     centroids, identifiers dropped or, with ``options.hash_identifiers``, replaced by their HMAC under
     ``identifier_key``), already checked by the gate; ``report`` describes it. ``columns`` is
-    ``plan(ddf, options)`` when the caller has already validated.
+    ``plan(ddf, options)`` when the caller has already validated. ``keep_input``: on a cluster, keep
+    the input in memory for every pass (read once); False re-reads it in each pass (for an input
+    larger than the workers' memory).
     """
     from .. import __version__
 
@@ -869,7 +876,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None)
         # may be partitioned differently by Dask's optimizer. On a cluster the input is read once
         # and kept in memory (spilled if need be) for every pass, the final write included.
         # (Local schedulers re-read: persisting a Parquet read there loses partitions in dask 2026.8.)
-        source = persisted(ddf)[0] if _client() is not None else ddf
+        source = persisted(ddf)[0] if _client() is not None and keep_input else ddf
         n_rows, mean, std, lengths, covariance, evidence, missing = column_statistics(
             source, qi, options.weights, options.strata, options.missing)
         # Mic1D-k's k counts values (each block's rows x columns), every other method's rows
@@ -1077,7 +1084,9 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         columns = plan(ddf, options)  # fail on bad options before touching the output location
     tmp = io.prepare_output(output)
     try:
-        released, report = build_release(ddf, options, timings, identifier_key, columns)
+        keep = _fits_in_memory(input_path)
+        released, report = build_release(ddf, options, timings, identifier_key, columns, keep)
+        report["input_kept_in_memory"] = keep
         report.update(input=str(input_path), output=str(output))
         with timings.stage("write"):
             metadata = {k: report[k] for k in ("k", "method", "method_options", "refine", "refine_options",
@@ -1105,6 +1114,25 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     if not default_report:
         _write_json(report_path, report)
     return report
+
+
+INPUT_EXPANSION = 6
+"""Memory per byte of stored (compressed Parquet) input, measured on the benchmark extracts: pandas
+frames with string columns take about 5-6 times their snappy Parquet size."""
+
+
+def _fits_in_memory(input_path):
+    """Whether the input, held in memory for every pass, takes at most 40% of the workers' memory
+    (else every pass re-reads it: slower, but memory no longer grows with the input)."""
+    client = _client()
+    if client is None:
+        return True
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    try:
+        size = io.input_bytes(input_path)
+    except Exception:  # an exotic filesystem: keep the former behaviour
+        return True
+    return not all(limits) or INPUT_EXPANSION * size <= 0.4 * sum(limits)
 
 
 def _write_json(path, data):

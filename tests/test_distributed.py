@@ -74,6 +74,27 @@ def test_byte_identical_across_files_workers_and_schedulers(tmp_path, data):
         assert _files(_run(tmp_path, name, source, *common, *extra)) == reference, name
 
 
+def test_an_input_too_large_to_keep_is_read_in_every_pass_with_the_same_release(tmp_path, data, monkeypatch):
+    from distributed import Client, LocalCluster
+
+    from microagg.pipeline import release
+
+    root, _ = data
+    reference = _files(_run(tmp_path, "sync", root / "four", "--k", 4, *BLOCKED, "--scheduler", "synchronous"))
+    options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500,
+                                     blocks_per_task=4)
+    kept, measured = {}, release.INPUT_EXPANSION
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster):
+        for expansion in (measured, 10**9):  # 10**9: "larger than the workers' memory"
+            monkeypatch.setattr(release, "INPUT_EXPANSION", expansion)
+            out = tmp_path / f"expansion-{expansion}"
+            report = release.run(str(root / "four"), str(out), options)
+            kept[expansion] = report["input_kept_in_memory"]
+            assert _files(out) == reference
+    assert kept == {measured: True, 10**9: False}
+
+
 def test_dask_api_is_independent_of_partitioning(data):
     _, df = data
     small = df.iloc[:6000]

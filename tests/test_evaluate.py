@@ -1,0 +1,258 @@
+"""`microagg evaluate` (pipeline/evaluate.py): the distributed measures against the in-memory ones of
+pipeline/metrics.py, on the census file and its MDAV release, and the command as a user runs it."""
+
+import json
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+
+import microagg
+from conftest import CENSUS_CSV, PUBLISHED_MDAV_IL, microagg_cli
+from microagg.pipeline import evaluate as ev
+from microagg.pipeline import io, metrics
+from microagg.pipeline.errors import InputError
+
+QI = ["AFNLWGT", "AGI", "EMCONTRB", "FEDTAX", "PTOTVAL", "STATETAX", "TAXINC", "POTHVAL", "INTVAL", "PEARNVAL",
+      "FICA", "WSALVAL", "ERNVAL"]
+
+
+@pytest.fixture(autouse=True)
+def synchronous():
+    with dask.config.set(scheduler="synchronous"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def census_release(tmp_path_factory, census):
+    """Census with an identifier and two non-QI columns, and its classic MDAV k=3 release (Parquet,
+    identifier dropped, written in two files)."""
+    df = census.copy()
+    df.insert(0, "person_id", np.arange(len(df)))
+    df["region"] = np.array(["north", "south", "east", "west"])[np.arange(len(df)) % 4]
+    df["confidential"] = np.arange(len(df)) * 7 % 101
+    released = microagg.anonymize(df, 3, quasi_identifiers=QI, identifiers=["person_id"])
+    root = tmp_path_factory.mktemp("evaluate")
+    original = root / "original.csv"
+    df.to_csv(original, index=False)
+    masked = root / "masked"
+    masked.mkdir()
+    released.iloc[:500].to_parquet(masked / "part-0.parquet", index=False)
+    released.iloc[500:].to_parquet(masked / "part-1.parquet", index=False)
+    return original, masked, df, released
+
+
+def _frames(original, masked, n_original=3, n_masked=2):
+    return dd.from_pandas(original, npartitions=n_original), dd.from_pandas(masked, npartitions=n_masked)
+
+
+# --- the distributed DLD is the in-memory DLD, exactly ------------------------------------------------
+
+
+def _tie_data(seed, n=700, d=3):
+    """Small integers: duplicate originals, duplicate masked tuples and equal distances abound; the
+    masked file is the original with a third of its values moved by one."""
+    rng = np.random.default_rng(seed)
+    X = rng.integers(0, 6, size=(n, d)).astype(np.float64)
+    Xm = X + rng.integers(-1, 2, size=(n, d)) * (rng.random((n, d)) < 0.33)
+    return X, Xm
+
+
+def _continuous_data(seed, n=900, d=4):
+    """Correlated continuous records and their MDAV k=4 release (every masked tuple repeated)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) * 100 + 1000
+    df = pd.DataFrame(X, columns=[f"c{j}" for j in range(d)])
+    return X, microagg.anonymize(df, 4)[list(df.columns)].to_numpy()
+
+
+@pytest.mark.parametrize("make, seed", [(_tie_data, 1), (_tie_data, 2), (_continuous_data, 3)])
+def test_distributed_dld_equals_metrics_dld_exactly(make, seed):
+    X, Xm = make(seed)
+    d = X.shape[1]
+    names = [f"c{j}" for j in range(d)]
+    original, masked = _frames(pd.DataFrame(X, columns=names), pd.DataFrame(Xm, columns=names), 3, 4)
+    known = [names[:2], [names[-1]]]
+    report = ev.evaluate(original, masked, names, known=known, block_rows=60, piece_rows=111, seed=seed)
+    scenarios = report["disclosure_risk"]["scenarios"]
+    assert [s["columns"] for s in scenarios] == [names, names[:2], [names[-1]]]
+    for scenario, cols in zip(scenarios, [None, [0, 1], [d - 1]]):
+        assert scenario["dld"] == metrics.dld(X, Xm, cols)  # bit for bit
+        assert scenario["linkage"]["blocks"] > 4
+    assert scenarios[0]["linkage"]["second_round_queries"] > 0  # the blocks had to ask each other
+    # the links themselves, record by record
+    prep = ev.prepare(original, masked, names, piece_rows=111)
+    sample = ev.draw_sample(prep.pairs, prep.n_rows, 60, seed)
+    finals, partition = ev.record_linkage(prep.pairs, prep.mean, prep.std, [0, 1, 2][:d], sample, 60)
+    links = ev.links_in_row_order(finals, prep.n_rows)
+    expected = metrics.record_linkage(X, Xm, columns=list(range(min(3, d))))
+    for got, want in zip(links, expected):
+        np.testing.assert_array_equal(got, want)
+    assert partition.n_blocks > 4
+
+
+def test_linkage_blocks_partition_every_record_once():
+    X, Xm = _tie_data(5, n=400)
+    names = ["a", "b", "c"]
+    original, masked = _frames(pd.DataFrame(X, columns=names), pd.DataFrame(Xm, columns=names))
+    prep = ev.prepare(original, masked, names)
+    finals, partition = ev.record_linkage(prep.pairs, prep.mean, prep.std, [0, 1, 2],
+                                          ev.draw_sample(prep.pairs, prep.n_rows, 50, 0), 50)
+    rows = np.sort(np.concatenate([f.row_id for f in dask.compute(*finals)]))
+    np.testing.assert_array_equal(rows, np.arange(400))
+
+
+# --- census --------------------------------------------------------------------------------------------
+
+
+def test_census_against_itself(census):
+    original = dd.read_csv(CENSUS_CSV)
+    report = ev.evaluate(original, dd.read_csv(CENSUS_CSV), QI, k=2, known=["ERNVAL", "FICA,WSALVAL"])
+    assert report["disclosure_risk"]["dld"] == 100.0
+    assert report["information_loss"]["il"] == 0.0 and report["information_loss"]["sse"] == 0.0
+    assert report["information_loss"]["family"]["IL"] == 0.0
+    X = census[QI].to_numpy(dtype=np.float64)
+    # a single attribute with repeated values: duplicates share the credit
+    assert report["disclosure_risk"]["scenarios"][1]["dld"] == metrics.dld(X, X, [QI.index("ERNVAL")]) < 100.0
+    assert report["anonymity"]["min_class_size"] == 1
+    assert report["checks"]["k_anonymity"]["rows_in_small_classes"] == len(census)  # every tuple unique
+    assert report["checks"]["k_anonymity"]["passed"] is False
+
+
+def test_census_mdav_release(census_release):
+    original_path, masked_path, df, released = census_release
+    original, masked = io.read_input(original_path), io.read_input(masked_path)
+    report = ev.evaluate(original, masked, QI, k=3, known=["AGI,FICA"])
+    X, Xm = df[QI].to_numpy(np.float64), released[QI].to_numpy(np.float64)
+    loss, risk = report["information_loss"], report["disclosure_risk"]
+    assert round(loss["il"], 3) == PUBLISHED_MDAV_IL[("census", 3)]
+    assert loss["sst"] == len(df) * len(QI)
+    assert loss["family"]["IL"] == pytest.approx(metrics.information_loss_family(X, Xm)["IL"], rel=1e-12)
+    assert loss["il1s"] == pytest.approx(metrics.il1s(X, Xm), rel=1e-12)
+    assert 0.0 < risk["dld"] < 100.0 / 3
+    assert risk["dld"] == metrics.dld(X, Xm)
+    assert risk["scenarios"][1]["dld"] == metrics.dld(X, Xm, [QI.index("AGI"), QI.index("FICA")])
+    assert risk["id"] == metrics.interval_disclosure(X, Xm)
+    assert report["score"] == pytest.approx(metrics.score(loss["family"]["IL"], risk["dld"], risk["id"]))
+    changes = metrics.attribute_changes(X, Xm, QI).set_index(["attribute", "statistic"])
+    mine = pd.DataFrame(loss["attributes"]).set_index(["attribute", "statistic"])
+    quantile_rows = [i for i in changes.index if i[1].startswith("q")]
+    np.testing.assert_array_equal(mine.loc[quantile_rows, ["original", "masked"]],
+                                  changes.loc[quantile_rows, ["original", "masked"]])  # exact quantiles
+    np.testing.assert_allclose(mine[["original", "masked"]], changes[["original", "masked"]], rtol=1e-12)
+    anonymity = report["anonymity"]
+    assert anonymity["min_class_size"] >= 3 and anonymity["records"] == len(df)
+    assert anonymity["k_prime"] == pytest.approx(metrics.real_anonymity(Xm))
+    assert anonymity["class_sizes"] == {str(s): c for s, c in metrics.class_sizes(Xm)[1].items()}
+    checks = report["checks"]
+    assert checks["k_anonymity"] == {"k": 3, "rows_in_small_classes": 0, "passed": True}
+    assert checks["unchanged_columns"] == {"region": 0, "confidential": 0}
+    assert checks["columns_only_in_original"] == ["person_id"] and checks["passed"] is True
+    json.dumps(report, allow_nan=False)  # strict JSON
+
+
+def test_changed_columns_and_small_classes_are_counted(census_release):
+    _, _, df, released = census_release
+    tampered = released.copy()
+    tampered.loc[[3, 10, 700], "region"] = "elsewhere"
+    tampered.loc[:4, QI] = df.loc[:4, QI].to_numpy()  # five records released unprotected
+    original, masked = _frames(df, tampered)
+    report = ev.evaluate(original, masked, QI, k=3)
+    checks = report["checks"]
+    assert checks["unchanged_columns"] == {"region": 3, "confidential": 0}
+    assert checks["passed"] is False
+    small = checks["k_anonymity"]["rows_in_small_classes"]
+    assert small == metrics.check_k_anonymous(tampered[QI].to_numpy(np.float64), 3) >= 5
+
+
+def test_bad_options_from_metadata(census_release):
+    _, _, df, released = census_release
+    original, masked = _frames(df, released)
+    with pytest.raises(InputError, match="'person_id' that are not quasi-identifiers"):
+        ev.evaluate(original, masked, QI, known=["AGI,person_id"])
+    with pytest.raises(InputError, match="k must be >= 2"):
+        ev.evaluate(original, masked, QI, k=1)
+    with pytest.raises(InputError, match="percentage"):
+        ev.evaluate(original, masked, QI, id_percent=0)
+
+
+# --- the command ------------------------------------------------------------------------------------------
+
+
+def _comparable(report):
+    report = dict(report)
+    for key in ("timings", "report", "version"):
+        report.pop(key)
+    for scenario in report["disclosure_risk"]["scenarios"]:
+        scenario["linkage"].pop("seconds")
+    return report
+
+
+def test_cli_local_cluster_and_synchronous_agree(tmp_path, census_release):
+    original, masked, df, _ = census_release
+    reports = []
+    for name, flags in (("cluster", ["--workers", "2"]), ("sync", ["--scheduler", "synchronous"])):
+        path = tmp_path / f"{name}.json"
+        proc = microagg_cli("evaluate", original, masked, "--qi", ",".join(QI), "--k", 3, "--known", "AGI,FICA",
+                            "--known", "TAXINC", "--report", path, "--block-rows", 300, *flags, check=True)
+        assert "DLD" in proc.stdout and str(path) in proc.stdout
+        reports.append(json.loads(path.read_text()))
+    assert _comparable(reports[0]) == _comparable(reports[1])
+    report = reports[0]
+    assert round(report["information_loss"]["il"], 3) == PUBLISHED_MDAV_IL[("census", 3)]
+    assert report["disclosure_risk"]["scenarios"][0]["linkage"]["blocks"] > 1
+    assert report["anonymity"]["min_class_size"] >= 3
+    assert [s["columns"] for s in report["disclosure_risk"]["scenarios"]] == [QI, ["AGI", "FICA"], ["TAXINC"]]
+    assert set(report["timings"]) >= {"read", "validate", "statistics", "align", "columns", "information loss",
+                                      "classes", "linkage"}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary report left behind"
+
+
+def _bad(tmp_path, original, masked, *flags, qi=QI):
+    proc = microagg_cli("evaluate", original, masked, "--qi", ",".join(qi), "--scheduler", "synchronous",
+                        "--report", tmp_path / "report.json", *flags)
+    assert proc.returncode == 2, proc.stderr
+    assert not (tmp_path / "report.json").exists()
+    return proc.stderr
+
+
+def test_cli_refuses_different_row_counts(tmp_path, census_release):
+    original, masked, df, released = census_release
+    short = tmp_path / "short.csv"
+    released.iloc[:-3].to_csv(short, index=False)
+    assert "original file has 1080 rows and the masked file 1077 (3 row(s) missing" in _bad(tmp_path, original, short)
+    parquet = tmp_path / "original.parquet"
+    df.to_parquet(parquet, index=False)  # Parquet pair: refused from the footers
+    assert "1080 rows and the masked file 500" in _bad(tmp_path, parquet, masked / "part-0.parquet")
+
+
+def test_cli_refuses_a_missing_column(tmp_path, census_release):
+    original, masked, _, released = census_release
+    partial = tmp_path / "partial.parquet"
+    released.drop(columns=["FICA"]).to_parquet(partial, index=False)
+    assert "'FICA' not in the masked file" in _bad(tmp_path, original, partial)
+    assert "'nope' not in the original file" in _bad(tmp_path, original, masked, qi=["AGI", "nope"])
+
+
+def test_cli_refuses_non_numeric_values(tmp_path, census_release):
+    original, _, _, released = census_release
+    text = released.astype({"AGI": object})
+    text.loc[[4, 9], "AGI"] = "unknown"
+    path = tmp_path / "text.csv"
+    text.to_csv(path, index=False)
+    stderr = _bad(tmp_path, original, path)
+    assert "'AGI' of the masked file is not numeric" in stderr and "2 row(s)" in stderr and "'unknown'" in stderr
+
+
+def test_cli_refuses_non_finite_values(tmp_path, census_release):
+    original, _, _, released = census_release
+    holes = released.copy()
+    holes.loc[[1, 2, 3], "AGI"] = np.nan
+    holes.loc[[7, 8], "FICA"] = np.inf
+    path = tmp_path / "holes.parquet"
+    holes.to_parquet(path, index=False)
+    stderr = _bad(tmp_path, original, path)
+    assert "masked file, column 'AGI': 3 row(s) with a missing (NaN) value" in stderr
+    assert "masked file, column 'FICA': 2 row(s) with an infinite value" in stderr
