@@ -4,9 +4,10 @@ import argparse
 import logging
 import os
 import sys
-import traceback
 
-from . import evaluate, generate
+from . import evaluate, generate, logs
+from . import run as jobrun
+from .exit_codes import EXIT_CLUSTER, EXIT_INTERRUPTED, is_cluster_failure
 from .flags import add_cluster_arguments
 
 EXIT_OK = 0
@@ -220,15 +221,18 @@ def build_parser():
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     parser.add_argument("--quiet", action="store_true", help="print nothing on success")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
+    logs.add_argument(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_anonymize(sub)
     sub.add_parser("methods", help="list the available methods with the paper each comes from")
     generate.add_parser(sub)
     evaluate.add_parser(sub)
+    jobrun.add_parser(sub)
     return parser
 
 
-COMMANDS = {"anonymize": _anonymize, "methods": _methods, "generate": generate.run, "evaluate": evaluate.run}
+COMMANDS = {"anonymize": _anonymize, "methods": _methods, "generate": generate.run, "evaluate": evaluate.run,
+            "run": jobrun.run, "validate": jobrun.validate}
 
 
 def main(argv=None):
@@ -245,6 +249,7 @@ def main(argv=None):
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.setLevel(level)  # the progress display listens at INFO; the console shows `level` only
+    logs.setup(args.log_format, level)
     if args.version:
         from .. import __version__
 
@@ -256,21 +261,17 @@ def main(argv=None):
     from ..pipeline.errors import MicroaggError
 
     try:
-        return COMMANDS[args.command](args)
+        return logs.finished(args, COMMANDS[args.command](args))
     except MicroaggError as exc:
-        if args.debug:
-            traceback.print_exc()
-        print(f"microagg: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("microagg: interrupted; nothing was written", file=sys.stderr)
-        return 130
+        return logs.failed(args, exc, exc.exit_code, f"microagg: error: {exc}")
+    except KeyboardInterrupt as exc:
+        return logs.failed(args, exc, EXIT_INTERRUPTED, "microagg: interrupted; nothing was written")
     except Exception as exc:  # an unexpected failure: still one paragraph unless --debug
-        if args.debug:
-            traceback.print_exc()
-        print(f"microagg: internal error ({type(exc).__name__}): {exc}. Re-run with --debug for the "
-              f"traceback.", file=sys.stderr)
-        return EXIT_INTERNAL
+        if is_cluster_failure(exc):  # workers lost beyond the retries, the scheduler gone (jobs/exit_codes.py)
+            return logs.failed(args, exc, EXIT_CLUSTER, f"microagg: error: the Dask cluster failed "
+                                                        f"({type(exc).__name__}): {exc}. Nothing was written.")
+        return logs.failed(args, exc, EXIT_INTERNAL, f"microagg: internal error ({type(exc).__name__}): {exc}. "
+                                                     f"Re-run with --debug for the traceback.")
 
 
 if __name__ == "__main__":  # pragma: no cover

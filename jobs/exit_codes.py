@@ -1,0 +1,73 @@
+"""Exit codes of every ``microagg`` command, for schedulers (cron, Airflow, Slurm, Kubernetes Jobs).
+
+This table is the one place they are documented (the README repeats it):
+
+====  ==========================================================================================
+code  meaning
+====  ==========================================================================================
+0     success: the release (and every report asked for) is written
+1     internal error: a bug or an unexpected failure (re-run with ``--debug`` for the traceback)
+2     bad input, bad options or a bad job file (``InputError``): the message names the column,
+      option or ``[section] key``; nothing was written. Also argparse's usage errors
+3     release gate failure (``ReleaseGateError``): the release failed its k-anonymity or row-count
+      check and was not written
+4     cluster failure (``ClusterError``): the Dask scheduler cannot be reached within the connect
+      timeout, or the cluster failed during the job (a worker killed beyond the retries:
+      ``KilledWorker``; the connection to the scheduler lost: ``CommClosedError``, a refused or
+      reset connection, futures cancelled because the scheduler went away); nothing was written
+130   interrupted (SIGINT / Ctrl-C); nothing was written
+====  ==========================================================================================
+
+The codes of the pipeline's own errors are the ``exit_code`` attributes of the classes in
+:mod:`microagg.pipeline.errors` (``tests/test_jobfile.py`` checks that they agree with this table);
+this module adds the codes that are not errors of the pipeline (interrupted, internal) and decides
+which foreign exceptions are cluster failures. It imports nothing heavy: ``distributed``'s exception
+classes are recognised by module and name, without importing it.
+"""
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_INPUT = 2          # pipeline.errors.InputError.exit_code
+EXIT_GATE = 3           # pipeline.errors.ReleaseGateError.exit_code
+EXIT_CLUSTER = 4        # pipeline.errors.ClusterError.exit_code
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
+# (module prefix, class name) of the exceptions that mean the cluster, not the job, failed
+_CLUSTER_FAILURES = (
+    ("distributed", "CommClosedError"),        # a comm to the scheduler or a worker closed (an OSError)
+    ("distributed", "KilledWorker"),           # a task's workers died more often than allowed
+    ("distributed", "FutureCancelledError"),   # a future cancelled: the scheduler connection was lost
+    ("distributed", "FuturesCancelledError"),  # several of them
+)
+
+
+def is_cluster_failure(exc):
+    """True if ``exc`` (or an exception it was explicitly raised from) means the Dask cluster failed: a
+    ``distributed`` comm / worker / lost-scheduler error, or a refused / reset / aborted connection."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ConnectionError):
+            return True
+        for cls in type(exc).__mro__:
+            if any(cls.__module__.startswith(module) and cls.__name__ == name for module, name in _CLUSTER_FAILURES):
+                return True
+        exc = exc.__cause__
+    return False
+
+
+def exit_code_of(exc):
+    """The exit code for an exception that ended a command (see the table above)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    code = getattr(exc, "exit_code", None)  # a pipeline.errors.MicroaggError
+    if isinstance(code, int) and not isinstance(code, bool) and _is_microagg_error(exc):
+        return code
+    if is_cluster_failure(exc):
+        return EXIT_CLUSTER
+    return EXIT_INTERNAL
+
+
+def _is_microagg_error(exc):
+    return any(cls.__name__ == "MicroaggError" and cls.__module__.endswith("pipeline.errors")
+               for cls in type(exc).__mro__)

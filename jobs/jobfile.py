@@ -1,0 +1,754 @@
+"""Job files: a scheduled export declared in TOML (``microagg run JOB.toml``, ``microagg validate JOB.toml``).
+
+A job file names the input, the release, every option of ``microagg anonymize``, the cluster, the
+reports and an optional evaluation of the release. Parsed with the standard library's ``tomllib``;
+every key is checked (type, range, choice) and an unknown section or key is an error naming it, with a
+"did you mean" where a known name is close. Then the options are checked by the pipeline's own
+validators (:func:`pipeline.release.plan`), from the schema alone: :func:`check_options` on a
+schema made of the columns the job names (nothing read), :func:`check_input` on the input's real
+schema (Dask reads metadata only; no data is computed).
+
+Sections and keys (``*``: required)::
+
+    [input]
+    path*            CSV / Parquet file, Parquet directory or glob, fsspec URL, or example:NAME
+
+    [output]
+    path*            the release directory (a local path); templates allowed
+    rows_per_file    rows per output Parquet file (default 1000000)
+
+    [anonymize]
+    k*               minimum group size, an integer >= 2
+    method           a method of `microagg methods` (default "mdav"); "auto" tries every constructive one
+    quasi_identifiers  list of columns (or "A,B,C"); default every numeric column not named elsewhere
+    identifiers      list of direct identifiers, dropped (or hashed) (default [])
+    aggregate        "mean" | "median" | "trimmed"
+    weights          survey-weight column
+    strata           list of columns; small_strata "error" | "merge"
+    blocks           attribute blocks: [["A", "B"], ["C"]] or "A,B;C"
+    missing          "error" | "centroid"
+    noise            "none" | "laplace"; epsilon (> 0, with laplace)
+    release_where    condition on the released QI values, e.g. "AGE >= 40"
+    refine           a refinement of `microagg methods` (default "none")
+    stitch           "light" | "deep"; order "kd" | "pca" | "zscore"
+    block_size, blocks_per_task, sample_rows, seed   integers
+    hash_identifiers true: identifiers replaced by their HMAC-SHA256 under $MICROAGG_HMAC_KEY
+    grow "nn"|"nc", gamma, eps, mhm_order "mdav"|"npn"|"md"|"cbfs", univariate_grouping
+    "optimal"|"fixed", remainder "separate"|"merge"   (method options, where the method takes them)
+    iterations, time_budget                            (refinement options: ils)
+
+    [cluster]
+    scheduler        "local" (default) | "synchronous" | "tcp://HOST:PORT" (any scheme://address)
+    workers, threads_per_worker, processes, memory_limit   the local cluster (as the CLI flags)
+    connect_timeout  seconds to reach a scheduler address (default 10)
+
+    [report]
+    json             release report (default: _report.json inside the release)
+    html             true: _report.html inside the release; or a path; false / absent: none
+    evaluation       evaluation report (default: _evaluation.json inside the release)
+
+    [evaluate]
+    run              evaluate the release against the input after it is written (default true)
+    known            list of QI sets an intruder may know: [["AGI", "FICA"], ["TAXINC"]] or ["AGI,FICA"]
+    id_percent       interval-disclosure width, percent of the rows, in (0, 100] (default 10)
+    block_rows       original records per record-linkage block
+
+Templates, in every path (``[input] path``, ``[output] path``, ``[report]`` paths): ``{date}`` (the
+``--date`` given, else today's date in UTC, ``YYYY-MM-DD``) and ``{job}`` (the job file's name without
+``.toml``); ``{{`` and ``}}`` are literal braces. Relative paths are relative to the job file's
+directory; fsspec URLs (``scheme://...``) and ``example:NAME`` are left as they are.
+
+Paths: missing parent directories of the release and of report paths are created at run time, after
+the job validated (and removed again if the job fails while they are still empty). A report path
+inside the release must name a file directly in the release directory whose name starts with ``_``
+(so Parquet readers skip it). The release must not lie inside the input directory.
+"""
+
+import difflib
+import json
+import os
+import re
+import string
+from dataclasses import dataclass
+from datetime import date as _date
+from datetime import datetime, timezone
+
+from ..pipeline.errors import InputError
+
+TEMPLATES = ("date", "job")
+DEFAULT_REPORT = "_report.json"
+DEFAULT_HTML = "_report.html"
+DEFAULT_EVALUATION = "_evaluation.json"
+DEFAULT_CONNECT_TIMEOUT = 10.0
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+class JobFileError(InputError):
+    """A job file that cannot run: every problem found, one per line, each naming its ``[section] key``."""
+
+    def __init__(self, path, errors):
+        self.path = str(path)
+        self.errors = list(errors)
+        count = f"{len(self.errors)} error(s)" if len(self.errors) > 1 else "error"
+        super().__init__(f"job file {self.path}: {count}:\n  " + "\n  ".join(self.errors))
+
+
+class _Bad(Exception):
+    """A value that does not fit its key: the message is what the key must be; ``hint`` a "did you mean"."""
+
+    def __init__(self, message, hint=""):
+        super().__init__(message)
+        self.hint = hint
+
+
+# --- value checkers: each returns the normalized value or raises _Bad("must be ...") ---------------------
+
+def _show(value):
+    """A value as the job file spells it (TOML-like: strings in double quotes)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _integer(minimum=None):
+    def check(value):
+        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+            raise _Bad("must be an integer" + (f" >= {minimum}" if minimum is not None else ""))
+        return value
+    return check
+
+
+def _number(minimum=None, maximum=None, strict=True):
+    def check(value):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+            and value not in (float("inf"), float("-inf"))
+        if ok and minimum is not None:
+            ok = value > minimum if strict else value >= minimum
+        if ok and maximum is not None:
+            ok = value <= maximum
+        if not ok:
+            bounds = []
+            if minimum is not None:
+                bounds.append(f"{'>' if strict else '>='} {minimum:g}")
+            if maximum is not None:
+                bounds.append(f"<= {maximum:g}")
+            raise _Bad("must be a number" + (" " + " and ".join(bounds) if bounds else ""))
+        return float(value)
+    return check
+
+
+def _string(value):
+    if not isinstance(value, str) or not value.strip():
+        raise _Bad("must be a non-empty string")
+    return value
+
+
+def _boolean(value):
+    if not isinstance(value, bool):
+        raise _Bad("must be true or false")
+    return value
+
+
+def _choice(values):
+    """One of ``values`` (a sequence, or a callable returning one: the method catalogue is read when
+    the job is checked, so a method registered at run time is known)."""
+    def check(value):
+        choices = list(values() if callable(values) else values)
+        if not isinstance(value, str) or value not in choices:
+            hint = _did_you_mean(value, choices) if isinstance(value, str) else ""
+            raise _Bad(f"must be one of {', '.join(map(_show, choices))}", hint)
+        return value
+    return check
+
+
+def _names(allow_empty=True):
+    """Column names: a list of strings or one comma-separated string; returned as a tuple."""
+    def check(value):
+        if isinstance(value, str):
+            value = [v for v in value.split(",")]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise _Bad('must be a list of column names, e.g. ["A", "B"] (or "A,B")')
+        names = tuple(v.strip() for v in value if v.strip())
+        if not names and not allow_empty:
+            raise _Bad("must name at least one column")
+        return names
+    return check
+
+
+def _name_sets(value):
+    """Sets of column names: ``[["A", "B"], ["C"]]``, ``["A,B", "C"]`` or ``"A,B;C"``; a tuple of tuples."""
+    if isinstance(value, str):
+        value = value.split(";")
+    if not isinstance(value, list) or not value:
+        raise _Bad('must be a list of column lists, e.g. [["A", "B"], ["C"]] (or "A,B;C")')
+    sets = []
+    for item in value:
+        if isinstance(item, str):
+            item = item.split(",")
+        if not isinstance(item, list) or not all(isinstance(v, str) for v in item):
+            raise _Bad('must be a list of column lists, e.g. [["A", "B"], ["C"]] (or "A,B;C")')
+        names = tuple(v.strip() for v in item if v.strip())
+        if not names:
+            raise _Bad("must not hold an empty set of columns")
+        sets.append(names)
+    return tuple(sets)
+
+
+def _scheduler(value):
+    if not isinstance(value, str) or not (value in ("local", "synchronous") or
+                                          re.match(r"^[a-z][a-z0-9+.-]*://.+", value)):
+        raise _Bad('must be "local", "synchronous" or a scheduler address such as "tcp://HOST:8786"')
+    return value
+
+
+def _memory(value):
+    from dask.utils import parse_bytes
+
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str):
+        if value == "auto":
+            return value
+        try:
+            if parse_bytes(value) > 0:
+                return value
+        except (ValueError, TypeError):
+            pass
+    raise _Bad('must be "auto", a size such as "4GiB" or a number of bytes')
+
+
+def _seconds(value):
+    from dask.utils import parse_timedelta
+
+    bad = _Bad('must be a number of seconds > 0 or a duration such as "5s"')
+    if isinstance(value, str):
+        try:
+            value = parse_timedelta(value, default="seconds")
+        except (ValueError, KeyError, TypeError):
+            raise bad from None
+    try:
+        return _number(0)(value)
+    except _Bad:
+        raise bad from None
+
+
+def _path_or_flag(value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip():
+        return value
+    raise _Bad("must be true, false or a path")
+
+
+def _methods():
+    from ..pipeline.methods import METHODS
+
+    return list(METHODS)
+
+
+def _refiners():
+    from ..pipeline.methods import REFINERS
+
+    return list(REFINERS)
+
+
+def _pipeline_choices(module, name):
+    def values():
+        import importlib
+
+        return getattr(importlib.import_module(f"microagg.pipeline.{module}"), name)
+    return values
+
+
+@dataclass(frozen=True)
+class Key:
+    check: object
+    required: bool = False
+    path: bool = False          # templates and relative-path resolution apply
+
+
+SCHEMA = {
+    "input": {"path": Key(_string, required=True, path=True)},
+    "output": {
+        "path": Key(_string, required=True, path=True),
+        "rows_per_file": Key(_integer(1)),
+    },
+    "anonymize": {
+        "k": Key(_integer(2), required=True),
+        "method": Key(_choice(_methods)),
+        "quasi_identifiers": Key(_names(allow_empty=False)),
+        "identifiers": Key(_names()),
+        "aggregate": Key(_choice(_pipeline_choices("validation", "AGGREGATES"))),
+        "weights": Key(_string),
+        "strata": Key(_names(allow_empty=False)),
+        "small_strata": Key(_choice(_pipeline_choices("strata", "SMALL_STRATA"))),
+        "blocks": Key(_name_sets),
+        "missing": Key(_choice(_pipeline_choices("validation", "MISSING"))),
+        "noise": Key(_choice(_pipeline_choices("validation", "NOISES"))),
+        "epsilon": Key(_number(0)),
+        "release_where": Key(_string),
+        "refine": Key(_choice(_refiners)),
+        "stitch": Key(_choice(_pipeline_choices("stitch", "STITCHING"))),
+        "order": Key(_choice(_pipeline_choices("blocking", "ORDERS"))),
+        "block_size": Key(_integer(1)),
+        "blocks_per_task": Key(_integer(1)),
+        "sample_rows": Key(_integer(1)),
+        "seed": Key(_integer(0)),
+        "hash_identifiers": Key(_boolean),
+        # method options (the method must take them: checked by the pipeline's Solver)
+        "grow": Key(_choice(("nn", "nc"))),
+        "gamma": Key(_number()),
+        "eps": Key(_number(0)),
+        "mhm_order": Key(_choice(("mdav", "npn", "md", "cbfs"))),
+        "univariate_grouping": Key(_choice(("optimal", "fixed"))),
+        "remainder": Key(_choice(("separate", "merge"))),
+        # refinement options
+        "iterations": Key(_integer(1)),
+        "time_budget": Key(_number(0)),
+    },
+    "cluster": {
+        "scheduler": Key(_scheduler),
+        "workers": Key(_integer(1)),
+        "threads_per_worker": Key(_integer(1)),
+        "processes": Key(_boolean),
+        "memory_limit": Key(_memory),
+        "connect_timeout": Key(_seconds),
+    },
+    "report": {
+        "json": Key(_string, path=True),
+        "html": Key(_path_or_flag, path=True),
+        "evaluation": Key(_string, path=True),
+    },
+    "evaluate": {
+        "run": Key(_boolean),
+        "known": Key(_name_sets),
+        "id_percent": Key(_number(0, 100)),
+        "block_rows": Key(_integer(1)),
+    },
+}
+"""Every section and key of a job file, with its checker."""
+
+REQUIRED_SECTIONS = ("input", "output", "anonymize")
+
+# method / refinement option keys -> the option names of pipeline.methods
+METHOD_OPTIONS = {"grow": "grow", "gamma": "gamma", "eps": "eps", "mhm_order": "mhm_order",
+                  "univariate_grouping": "grouping", "remainder": "remainder"}
+REFINE_OPTIONS = {"iterations": "iterations", "time_budget": "time_budget"}
+
+# names users reach for (the CLI's flags, ReleaseOptions' fields) -> the job file's key
+_ALIASES = {"qi": "quasi_identifiers", "attribute_blocks": "blocks", "grouping": "univariate_grouping",
+            "method_options": "the method option keys (grow, gamma, eps, ...) directly in [anonymize]",
+            "refine_options": "iterations / time_budget directly in [anonymize]"}
+
+
+@dataclass(frozen=True)
+class Job:
+    """A checked job file, templates expanded and paths resolved."""
+
+    file: str                  # the job file (absolute)
+    name: str                  # its stem: the {job} template
+    date: str                  # the {date} template
+    input: str
+    output: str                # absolute local path of the release
+    options: object            # pipeline.release.ReleaseOptions
+    cluster: dict              # dask_client's arguments, plus connect_timeout (seconds)
+    report: str | None         # release report path; None: _report.json inside the release
+    html: str | None           # HTML report path, or None
+    evaluation: str | None     # evaluation report path (when evaluating)
+    evaluate: dict | None      # {"known", "id_percent", "block_rows"} when evaluating after the release
+
+
+# --- parsing ------------------------------------------------------------------------------------------
+
+def job_date(text=None):
+    """The ``{date}`` of a run: ``text`` (``YYYY-MM-DD``, checked) or today's date in UTC."""
+    if text is None:
+        return datetime.now(timezone.utc).date().isoformat()
+    try:
+        if not _DATE.match(text):
+            raise ValueError
+        return _date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise InputError(f"--date must be a date YYYY-MM-DD, got {text!r}") from None
+
+
+def _did_you_mean(name, choices):
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+def _unknown_key(section, key):
+    known = SCHEMA[section]
+    dashed = key.replace("-", "_").lower()
+    if dashed in known and dashed != key:
+        return f'[{section}] unknown key "{key}" (did you mean "{dashed}"?)'
+    if key in _ALIASES:
+        target = _ALIASES[key]
+        return f'[{section}] unknown key "{key}" (did you mean {_show(target) if target in known else target}?)'
+    elsewhere = [s for s, keys in SCHEMA.items() if s != section and (key in keys or dashed in keys)]
+    hint = f" (it belongs in [{elsewhere[0]}])" if elsewhere else _did_you_mean(key, known)
+    return f'[{section}] unknown key "{key}"' + (hint or f'; known keys: {", ".join(known)}')
+
+
+def parse(text):
+    """``(values, errors)``: the checked values per section and key of a job file's text."""
+    import tomllib
+
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return {}, [f"not valid TOML: {exc}"]
+    values, errors = {}, []
+    for section, content in document.items():
+        if section not in SCHEMA:
+            if not isinstance(content, dict):
+                owners = [s for s, keys in SCHEMA.items() if section in keys]
+                errors.append(f'top-level key "{section}": keys belong in a section'
+                              + (f" ([{owners[0]}] {section})" if owners else ", e.g. [anonymize]"))
+            else:
+                close = difflib.get_close_matches(section, list(SCHEMA), n=1, cutoff=0.6)
+                hint = f" (did you mean [{close[0]}]?)" if close else ""
+                known = ", ".join(f"[{s}]" for s in SCHEMA)
+                errors.append(f"unknown section [{section}]{hint}; known sections: {known}")
+            continue
+        if not isinstance(content, dict):
+            errors.append(f"[{section}] must be a section (a table), got {_show(content)}")
+            continue
+        values[section] = {}
+        for key, value in content.items():
+            if key not in SCHEMA[section]:
+                errors.append(_unknown_key(section, key))
+                continue
+            try:
+                values[section][key] = SCHEMA[section][key].check(value)
+            except _Bad as bad:
+                errors.append(f"[{section}] {key}: {bad}, got {_show(value)}{bad.hint}")
+    for section in REQUIRED_SECTIONS:
+        if section not in document:
+            required = [k for k, key in SCHEMA[section].items() if key.required]
+            errors.append(f"[{section}]: missing section (it needs {', '.join(required)})")
+    for section, content in values.items():
+        for key, spec in SCHEMA[section].items():
+            if spec.required and key not in content and key not in document.get(section, {}):
+                errors.append(f"[{section}] {key}: missing (required)")
+    return values, errors
+
+
+def expand(text, values):
+    """``text`` with its ``{name}`` templates replaced by ``values``; raises _Bad naming the template."""
+    out = []
+    try:
+        parts = list(string.Formatter().parse(text))
+    except ValueError:
+        raise _Bad("has an unbalanced brace (write {{ and }} for literal braces)") from None
+    for literal, name, spec, conversion in parts:
+        out.append(literal)
+        if name is None:
+            continue
+        if name not in values or spec or conversion:
+            written = name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            raise _Bad(f"unknown template {{{written}}}; templates: {', '.join('{' + t + '}' for t in TEMPLATES)}")
+        out.append(values[name])
+    return "".join(out)
+
+
+def _is_url(path):
+    return path.startswith("example:") or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", path) is not None
+
+
+def resolve(path, base):
+    """A local path relative to ``base`` (the job file's directory); URLs and examples unchanged."""
+    if _is_url(path):
+        return path
+    path = os.path.expanduser(path)
+    trailing = os.sep if path.endswith(("/", os.sep)) else ""
+    return os.path.normpath(os.path.join(base, path)) + trailing
+
+
+def load(path, date=None):
+    """Read, check and build the :class:`Job` of the job file ``path`` (``date``: ``--date``)."""
+    from ..pipeline.release import ReleaseOptions
+
+    path = os.path.abspath(path)
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8")
+    except FileNotFoundError:
+        raise InputError(f"job file {path!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the job file {path!r}: {exc}") from None
+    values, errors = parse(text)
+    templates = {"date": job_date(date), "job": os.path.splitext(os.path.basename(path))[0]}
+    base = os.path.dirname(path)
+    for section, content in values.items():
+        for key, spec in SCHEMA[section].items():
+            if spec.path and isinstance(content.get(key), str):
+                try:
+                    content[key] = resolve(expand(content[key], templates), base)
+                except _Bad as bad:
+                    errors.append(f"[{section}] {key}: {bad}")
+    if errors:
+        raise JobFileError(path, errors)
+
+    get = lambda section, key, default=None: values.get(section, {}).get(key, default)  # noqa: E731
+    output = get("output", "path")
+    output = output if _is_url(output) else (output.rstrip(os.sep) or os.sep)
+    anonymize = values["anonymize"]
+    options = ReleaseOptions(
+        k=anonymize["k"],
+        method=anonymize.get("method", "mdav"),
+        quasi_identifiers=anonymize.get("quasi_identifiers"),
+        identifiers=anonymize.get("identifiers", ()),
+        aggregate=anonymize.get("aggregate", "mean"),
+        rows_per_file=get("output", "rows_per_file", 1_000_000),
+        order=anonymize.get("order", "kd"),
+        block_size=anonymize.get("block_size", 5000),
+        blocks_per_task=anonymize.get("blocks_per_task", 16),
+        seed=anonymize.get("seed", 0),
+        refine=anonymize.get("refine", "none"),
+        method_options=_given(anonymize, METHOD_OPTIONS),
+        refine_options=_given(anonymize, REFINE_OPTIONS),
+        stitch=anonymize.get("stitch", "light"),
+        sample_rows=anonymize.get("sample_rows"),
+        hash_identifiers=anonymize.get("hash_identifiers", False),
+        noise=anonymize.get("noise", "none"),
+        epsilon=anonymize.get("epsilon"),
+        release_where=anonymize.get("release_where"),
+        weights=anonymize.get("weights"),
+        strata=anonymize.get("strata", ()),
+        small_strata=anonymize.get("small_strata", "error"),
+        attribute_blocks=anonymize.get("blocks", ()),
+        missing=anonymize.get("missing", "error"),
+    )
+    cluster = {
+        "scheduler": get("cluster", "scheduler", "local"),
+        "workers": get("cluster", "workers"),
+        "threads_per_worker": get("cluster", "threads_per_worker"),
+        "processes": get("cluster", "processes", False),
+        "memory_limit": get("cluster", "memory_limit", "auto"),
+        "connect_timeout": get("cluster", "connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+    }
+    evaluating = "evaluate" in values and get("evaluate", "run", True)
+    html = get("report", "html", False)
+    job = Job(
+        file=path,
+        name=templates["job"],
+        date=templates["date"],
+        input=get("input", "path"),
+        output=output,
+        options=options,
+        cluster=cluster,
+        report=None if get("report", "json") in (None, os.path.join(output, DEFAULT_REPORT)) else get("report", "json"),
+        html=os.path.join(output, DEFAULT_HTML) if html is True else (html or None),
+        evaluation=get("report", "evaluation", os.path.join(output, DEFAULT_EVALUATION)) if evaluating else None,
+        evaluate={"known": get("evaluate", "known", ()), "id_percent": get("evaluate", "id_percent"),
+                  "block_rows": get("evaluate", "block_rows")} if evaluating else None,
+    )
+    errors = _check_combinations(job, values)
+    if errors:
+        raise JobFileError(path, errors)
+    return job
+
+
+def _given(section, names):
+    """``(option, value)`` pairs (sorted) of the method or refinement option keys given, as the CLI makes them."""
+    return tuple(sorted((option, section[key]) for key, option in names.items() if key in section))
+
+
+def _check_combinations(job, values):
+    """Checks across keys and of the paths (nothing is created; the input is not read)."""
+    errors = []
+    cluster = values.get("cluster", {})
+    if job.cluster["scheduler"] != "local":
+        for key in ("workers", "threads_per_worker", "processes", "memory_limit"):
+            if key in cluster:
+                errors.append(f"[cluster] {key}: applies to the local cluster only, not to scheduler = "
+                              f"{_show(job.cluster['scheduler'])}")
+    if job.options.hash_identifiers and not job.options.identifiers:
+        errors.append("[anonymize] hash_identifiers: needs identifiers, the columns to hash")
+    if "evaluate" not in values and values.get("report", {}).get("evaluation") is not None:
+        errors.append("[report] evaluation: there is no [evaluate] section to write it")
+    if job.evaluate is not None and job.options.release_where:
+        errors.append("[evaluate] cannot evaluate a release made with [anonymize] release_where: it releases fewer "
+                      "rows than the input, and the evaluation pairs rows by position")
+    output = job.output
+    if _is_url(output):
+        errors.append(f"[output] path: must be a local path (a release is committed by a local rename), got "
+                      f"{_show(output)}")
+        return errors
+    output = output.rstrip(os.sep) or os.sep
+    if os.path.isfile(output):
+        errors.append(f"[output] path: {output!r} exists and is a file; a release is a directory")
+    elif os.path.isdir(output) and os.listdir(output) and not os.path.exists(os.path.join(output, "_SUCCESS")):
+        errors.append(f"[output] path: {output!r} exists and is not a microagg release (no _SUCCESS marker); "
+                      f"remove it or choose another path")
+    if not _is_url(job.input) and not any(c in job.input for c in "*?["):
+        source = os.path.abspath(job.input.rstrip(os.sep) or os.sep)
+        if output == source or output.startswith(source + os.sep):
+            errors.append(f"[output] path: {output!r} lies inside the input {source!r}; the next run would read "
+                          "the release as input")
+    for key, path in (("json", job.report), ("html", job.html), ("evaluation", job.evaluation)):
+        if path is None or _is_url(path):
+            if path is not None:
+                errors.append(f"[report] {key}: must be a local path, got {_show(path)}")
+            continue
+        inside = os.path.abspath(path).startswith(output + os.sep)
+        if inside and (os.path.dirname(os.path.abspath(path)) != output or
+                       not os.path.basename(path).startswith("_")):
+            errors.append(f"[report] {key}: a report inside the release must be a file directly in it whose name "
+                          f"starts with '_' (Parquet readers skip those), got {path!r}")
+        elif os.path.isdir(path):
+            errors.append(f"[report] {key}: {path!r} is a directory; give a file name")
+    return errors
+
+
+# --- checks by the pipeline's validators ----------------------------------------------------------------
+
+_FLAG = re.compile(r"--([a-z][a-z-]*)")
+_FLAG_KEYS = {"qi": "quasi_identifiers", "k": "k"}
+
+
+def _as_key_names(message):
+    """A pipeline message with the CLI's flags spelled as job file keys (``--release-where`` ->
+    ``release_where``)."""
+    def key(match):
+        flag = match.group(1)
+        name = _FLAG_KEYS.get(flag, flag.replace("-", "_"))
+        return name if name in SCHEMA["anonymize"] or name in SCHEMA["output"] else match.group(0)
+    return _FLAG.sub(key, message)
+
+
+def job_error(job, section, exc):
+    """A pipeline :class:`InputError` as a job file error of ``[section]``."""
+    return JobFileError(job.file, [f"[{section}] {_as_key_names(str(exc))}"])
+
+
+def named_columns(options):
+    """Every column the options name (QIs, identifiers, weights, strata, blocks), in a stable order."""
+    names = [*(options.quasi_identifiers or ()), *(c for b in options.attribute_blocks for c in b),
+             *options.identifiers, *([options.weights] if options.weights else []), *options.strata]
+    return list(dict.fromkeys(names))
+
+
+def check_options(job):
+    """The pipeline's checks of the options alone (:func:`pipeline.release.plan` on a schema made of the
+    columns the job names: QIs, weights numeric, identifiers and strata text). Returns the QIs the job
+    names (None when they are every numeric column of the input). Nothing is read."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    from ..pipeline.release import plan
+
+    options = job.options
+    numeric = set(options.quasi_identifiers or ()) | {c for b in options.attribute_blocks for c in b}
+    if options.weights:
+        numeric.add(options.weights)
+    columns = named_columns(options)
+    if options.quasi_identifiers is None and not options.attribute_blocks:
+        # every numeric column: stand-ins, and the columns the release condition names (QIs if numeric)
+        implied = ["quasi_identifier", *_condition_names(options.release_where)]
+        columns += [c for c in implied if c not in columns]
+        numeric.update(implied)
+    frame = pd.DataFrame({c: pd.Series([], dtype="float64" if c in numeric else "object") for c in columns})
+    try:
+        qi, _ = plan(dd.from_pandas(frame, npartitions=1), options)
+    except InputError as exc:
+        raise job_error(job, "anonymize", exc) from None
+    explicit = options.quasi_identifiers is not None or bool(options.attribute_blocks)
+    if explicit and job.evaluate is not None:
+        check_evaluate(job, qi)
+    return list(qi) if explicit else None
+
+
+def _condition_names(expression):
+    import ast
+
+    try:
+        return sorted({n.id for n in ast.walk(ast.parse(expression or "", mode="eval")) if isinstance(n, ast.Name)})
+    except SyntaxError:
+        return []  # the pipeline's check reports it
+
+
+def input_exists(path):
+    """True if the input is there (a local path, a glob matching something, an URL that exists)."""
+    import fsspec
+
+    if str(path).startswith("example:"):
+        return True
+    try:
+        fs, _, paths = fsspec.get_fs_token_paths(path)
+        return bool(paths) and all(fs.exists(p) for p in paths)
+    except (OSError, ValueError, ImportError):
+        return False
+
+
+def check_input(job):
+    """Read the input's schema (Dask metadata, no data computed) and run :func:`pipeline.release.plan`
+    on it: returns ``(qi, identifiers, columns)``."""
+    from ..pipeline import io
+    from ..pipeline.release import plan
+
+    try:
+        ddf = io.read_input(job.input)
+    except InputError as exc:
+        raise job_error(job, "input", f"path: {exc}") from None
+    try:
+        qi, ids = plan(ddf, job.options)
+    except InputError as exc:
+        raise job_error(job, "anonymize", exc) from None
+    if job.evaluate is not None:
+        check_evaluate(job, qi)
+    return list(qi), list(ids), [str(c) for c in ddf.columns]
+
+
+def check_evaluate(job, qi):
+    """The ``[evaluate]`` keys against the release's quasi-identifiers ``qi``."""
+    for subset in job.evaluate["known"]:
+        outside = [c for c in subset if c not in qi]
+        if outside:
+            raise JobFileError(job.file, [f"[evaluate] known: column(s) {', '.join(map(repr, outside))} are not "
+                                          f"quasi-identifiers of the release; they are: {', '.join(qi)}"])
+
+
+def evaluation_available():
+    """True if this installation has ``microagg evaluate`` (:mod:`pipeline.evaluate`)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("microagg.pipeline.evaluate") is not None
+    except ImportError:
+        return False
+
+
+# --- run-time paths ---------------------------------------------------------------------------------------
+
+def make_parents(job):
+    """Create the missing parent directories of the release and of the report paths outside it;
+    returns the directories created (deepest last), for :func:`remove_created`."""
+    created = []
+    output = job.output.rstrip(os.sep)
+    parents = [os.path.dirname(output)]
+    for path in (job.report, job.html, job.evaluation):
+        if path is not None and not os.path.abspath(path).startswith(output + os.sep):
+            parents.append(os.path.dirname(os.path.abspath(path)))
+    for parent in parents:
+        missing = []
+        while parent and not os.path.exists(parent):
+            missing.append(parent)
+            parent = os.path.dirname(parent)
+        for directory in reversed(missing):
+            os.makedirs(directory, exist_ok=True)
+            created.append(directory)
+    return created
+
+
+def remove_created(created):
+    """Remove the directories :func:`make_parents` created that are still empty (a failed job)."""
+    for directory in reversed(created):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass

@@ -1,0 +1,356 @@
+"""Job files (`microagg run` / `microagg validate`), exit codes and JSON logs."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import ROOT, assert_k_anonymous
+from synthetic import extract
+
+from microagg.jobs import cli, exit_codes, jobfile, logs
+
+QI = ["AGI", "FICA", "TAXINC"]
+EXE = Path(sys.executable).with_name("microagg")
+
+# the issue's exact shape, with the in-process scheduler for the test
+ISSUE_JOB = """\
+[input]
+path = "warehouse/extract/"
+[output]
+path = "exports/{date}/release"
+[anonymize]
+k = 5
+quasi_identifiers = ["AGI", "FICA", "TAXINC"]
+identifiers = ["person_id"]
+method = "auto"
+[cluster]
+scheduler = "synchronous"   # or: workers = 4
+"""
+
+SMALL_JOB = """\
+[input]
+path = "warehouse/extract/"
+[output]
+path = "exports/{date}/{job}"
+[anonymize]
+k = 4
+quasi_identifiers = ["AGI", "FICA", "TAXINC"]
+identifiers = ["person_id"]
+[cluster]
+scheduler = "synchronous"
+"""
+
+
+@pytest.fixture(autouse=True)
+def plain_logs():
+    """In-process ``main --log-format json`` installs a handler on the root logger: remove it after the test."""
+    yield
+    logs.setup("text", logging.WARNING)
+
+
+@pytest.fixture()
+def workspace(tmp_path):
+    """A job directory holding a small Parquet extract at warehouse/extract/ (relative to the job)."""
+    jobs = tmp_path / "jobs"
+    data = jobs / "warehouse" / "extract"
+    data.mkdir(parents=True)
+    df = extract(300, d=5, seed=3).rename(columns={"q0": "AGI", "q1": "FICA", "q2": "TAXINC"})
+    df.iloc[:150].to_parquet(data / "part-0.parquet", index=False)
+    df.iloc[150:].to_parquet(data / "part-1.parquet", index=False)
+    return jobs, df
+
+
+def _write(directory, name, text):
+    path = Path(directory) / name
+    path.write_text(text)
+    return path
+
+
+def _cli(*args, cwd, timeout=120):
+    """The installed command, run from ``cwd`` (not the job's directory: paths resolve against the job)."""
+    return subprocess.run([str(EXE), *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def _main(capsys, *args):
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _leftovers(directory):
+    return [p for p in os.listdir(directory) if ".microagg-" in p]
+
+
+# --- the issue's job end to end ---------------------------------------------------------------------------
+
+def test_issue_job_runs_end_to_end_and_a_rerun_replaces_its_release(workspace, tmp_path):
+    jobs, df = workspace
+    job = _write(jobs, "nightly.toml", ISSUE_JOB)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = _cli("run", job, "--date", "2026-03-04", cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    release = jobs / "exports" / "2026-03-04" / "release"  # relative to the job file, not to the cwd
+    assert (release / "_SUCCESS").exists()
+    report = json.loads((release / "_report.json").read_text())
+    assert report["rows"] == len(df) and report["k"] == 5 and report["method"] == "auto"
+    assert report["quasi_identifiers"] == QI
+    assert report["job"]["date"] == "2026-03-04" and report["job"]["name"] == "nightly"
+    released = pd.read_parquet(release)
+    assert len(released) == len(df) and "person_id" not in released.columns
+    assert_k_anonymous(released, QI, 5)
+    assert not os.listdir(elsewhere)
+    first_inode = os.stat(release).st_ino
+
+    proc = _cli("run", job, "--date", "2026-03-04", cwd=elsewhere)  # the same job and date again
+    assert proc.returncode == 0, proc.stderr
+    assert os.listdir(jobs / "exports") == ["2026-03-04"]
+    assert os.listdir(jobs / "exports" / "2026-03-04") == ["release"]  # one release, no temporaries
+    assert os.stat(release).st_ino != first_inode  # replaced by a rename, not written in place
+    pd.testing.assert_frame_equal(pd.read_parquet(release), released)
+    assert not _leftovers(jobs / "exports" / "2026-03-04")
+
+
+def test_json_logs_parse_line_by_line_and_end_with_finished(workspace, tmp_path):
+    jobs, df = workspace
+    job = _write(jobs, "small.toml", SMALL_JOB)
+    proc = _cli("--log-format", "json", "run", job, "--date", "2026-03-05", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stderr.splitlines()]  # every line is one JSON object
+    assert events and all({"time", "level", "logger", "message"} <= set(e) for e in events)
+    done = [e for e in events if e.get("event") == "stage" and e["status"] == "done"]
+    assert {"validate", "anonymize", "statistics", "gate", "write"} <= {e["stage"] for e in done}
+    assert all(e["seconds"] >= 0 for e in done)
+    final = events[-1]
+    assert final["event"] == "finished" and final["exit_code"] == 0 and final["rows"] == len(df)
+    assert final["output"] == str(jobs / "exports" / "2026-03-05" / "small")  # {date} and {job}
+    assert final["information_loss"] > 0
+    assert (jobs / "exports" / "2026-03-05" / "small" / "_SUCCESS").exists()
+
+
+def test_unreachable_scheduler_is_a_cluster_failure_and_fails_fast(workspace, tmp_path):
+    jobs, _ = workspace
+    job = _write(jobs, "remote.toml", SMALL_JOB.replace('scheduler = "synchronous"',
+                                                        'scheduler = "tcp://127.0.0.1:1"\nconnect_timeout = 1'))
+    proc = _cli("--log-format", "json", "run", job, "--date", "2026-03-06", cwd=tmp_path, timeout=30)
+    assert proc.returncode == exit_codes.EXIT_CLUSTER == 4, proc.stderr
+    final = json.loads(proc.stderr.splitlines()[-1])
+    assert final["event"] == "failed" and final["error"] == "ClusterError" and "127.0.0.1:1" in final["message"]
+    assert not (jobs / "exports").exists()  # the date directory made for the run is removed again
+
+
+# --- in-process runs ---------------------------------------------------------------------------------------
+
+def test_gate_failure_exits_3_and_leaves_nothing(workspace, monkeypatch, capsys):
+    from microagg.pipeline import methods
+
+    def broken(Z, k):  # valid-looking labels, but the last record is alone
+        labels = np.arange(len(Z), dtype=np.int64) // k
+        labels[-1] = labels.max() + 1
+        return labels
+
+    monkeypatch.setitem(methods.METHODS, "broken", methods.Method("broken", "", "test hook", broken))
+    jobs, _ = workspace
+    job = _write(jobs, "gate.toml", SMALL_JOB.replace("k = 4", 'k = 4\nmethod = "broken"'))
+    code, _, err = _main(capsys, "run", job, "--date", "2026-03-07")
+    assert code == exit_codes.EXIT_GATE == 3, err
+    assert "not 4-anonymous" in err
+    assert not (jobs / "exports").exists()
+
+
+def test_evaluate_html_and_reports_outside_the_release(workspace, capsys):
+    jobs, df = workspace
+    job = _write(jobs, "evaluated.toml", SMALL_JOB + """\
+[report]
+json = "reports/{job}-{date}.json"
+html = true
+[evaluate]
+known = [["AGI", "FICA"], "TAXINC"]
+id_percent = 5
+""")
+    code, out, err = _main(capsys, "run", job, "--date", "2026-03-08")
+    assert code == 0, err
+    release = jobs / "exports" / "2026-03-08" / "evaluated"
+    report = json.loads((jobs / "reports" / "evaluated-2026-03-08.json").read_text())  # parent created
+    assert report["rows"] == len(df) and not (release / "_report.json").exists()
+    evaluation = json.loads((release / "_evaluation.json").read_text())
+    assert [s["columns"] for s in evaluation["disclosure_risk"]["scenarios"]] == [QI, ["AGI", "FICA"], ["TAXINC"]]
+    assert evaluation["disclosure_risk"]["id_percent"] == 5
+    assert evaluation["checks"]["k_anonymity"]["passed"] is True
+    assert (release / "_report.html").read_text().startswith("<!DOCTYPE html>")
+    assert "evaluation:" in out and "DLD" in out
+
+
+def test_default_date_is_today_in_utc(workspace):
+    jobs, _ = workspace
+    before = datetime.now(timezone.utc).date().isoformat()
+    job = jobfile.load(_write(jobs, "today.toml", SMALL_JOB))
+    after = datetime.now(timezone.utc).date().isoformat()
+    assert job.date in (before, after)
+    assert job.output == str(jobs / "exports" / job.date / "today")
+    assert job.input == str(jobs / "warehouse" / "extract") + os.sep
+
+
+def test_every_anonymize_option_is_expressible(tmp_path):
+    job = jobfile.load(_write(tmp_path, "all.toml", """\
+[input]
+path = "example:census"
+[output]
+path = "/tmp/out/{job}"
+rows_per_file = 1000
+[anonymize]
+k = 3
+method = "mdav"
+quasi_identifiers = "AGI, FICA"
+identifiers = ["ID"]
+aggregate = "median"
+weights = "W"
+strata = ["REGION"]
+small_strata = "merge"
+blocks = "AGI;FICA"
+missing = "error"
+noise = "laplace"
+epsilon = 2
+refine = "ils"
+stitch = "deep"
+order = "pca"
+block_size = 600
+blocks_per_task = 4
+sample_rows = 50000
+seed = 7
+hash_identifiers = true
+grow = "nc"
+iterations = 10
+time_budget = 1.5
+[cluster]
+scheduler = "local"
+workers = 2
+threads_per_worker = 1
+processes = true
+memory_limit = "2GiB"
+"""))
+    o = job.options
+    assert (o.k, o.method, o.quasi_identifiers, o.identifiers, o.aggregate, o.weights) == (
+        3, "mdav", ("AGI", "FICA"), ("ID",), "median", "W", )
+    assert (o.strata, o.small_strata, o.attribute_blocks, o.missing, o.noise, o.epsilon) == (
+        ("REGION",), "merge", (("AGI",), ("FICA",)), "error", "laplace", 2.0)
+    assert (o.refine, o.stitch, o.order, o.block_size, o.blocks_per_task, o.sample_rows, o.seed) == (
+        "ils", "deep", "pca", 600, 4, 50000, 7)
+    assert o.hash_identifiers and o.rows_per_file == 1000 and o.release_where is None
+    assert o.method_options == (("grow", "nc"),) and o.refine_options == (("iterations", 10), ("time_budget", 1.5))
+    assert job.cluster == {"scheduler": "local", "workers": 2, "threads_per_worker": 1, "processes": True,
+                           "memory_limit": "2GiB", "connect_timeout": 10.0}
+    assert job.input == "example:census" and job.output == "/tmp/out/all"
+    # the list form of blocks and the other method options
+    other = jobfile.parse('[anonymize]\nk = 2\nblocks = [["A", "B"], ["C"]]\ngamma = 1\neps = 0.5\nmhm_order = "md"\n'
+                          'univariate_grouping = "fixed"\nremainder = "merge"\nrelease_where = "A > 0"\n')[0]
+    assert other["anonymize"]["blocks"] == (("A", "B"), ("C",)) and other["anonymize"]["gamma"] == 1.0
+
+
+# --- validate ---------------------------------------------------------------------------------------------
+
+def test_validate_a_good_job_prints_one_line(workspace, capsys):
+    jobs, _ = workspace
+    code, out, err = _main(capsys, "validate", _write(jobs, "good.toml", ISSUE_JOB), "--date", "2026-03-09")
+    assert code == 0, err
+    assert len(out.strip().splitlines()) == 1 and ": ok:" in out and "input schema checked (8 columns)" in out
+    assert not (jobs / "exports").exists()  # validate creates nothing
+    absent = _write(jobs, "absent.toml", ISSUE_JOB.replace("warehouse/extract/", "not-yet/"))
+    code, out, _ = _main(capsys, "validate", absent)
+    assert code == 0 and "not there yet" in out
+    code, out, err = _main(capsys, "validate", ROOT / "deploy" / "jobs" / "nightly-export.toml")
+    assert code == 0, err
+
+
+BAD = [
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nmehtod = 'mdav'\n",
+     '[anonymize] unknown key "mehtod" (did you mean "method"?)'),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 'five'\n",
+     '[anonymize] k: must be an integer >= 2, got "five"'),
+    ("[input]\n[output]\npath = 'y'\n[anonymize]\nk = 5\n", "[input] path: missing (required)"),
+    ("[output]\npath = 'y'\n[anonymize]\nk = 5\n", "[input]: missing section"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 1\n",
+     "[anonymize] k: must be an integer >= 2, got 1"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nmethod = 'mdva'\n",
+     '[anonymize] method: must be one of "mdav"'),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymise]\nk = 5\n",
+     "unknown section [anonymise] (did you mean [anonymize]?)"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y/{dat}'\n[anonymize]\nk = 5\n", "[output] path: unknown template {dat}"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nworkers = 2\n",
+     '[anonymize] unknown key "workers" (it belongs in [cluster])'),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[cluster]\nscheduler = 'tcp://h:1'\nworkers = 2\n",
+     "[cluster] workers: applies to the local cluster only"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nnoise = 'laplace'\n",
+     "[anonymize] Laplace noise needs a privacy budget"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nquasi_identifiers = ['A']\n"
+     "release_where = 'B > 1'\n",
+     "[anonymize] release_where may only use quasi-identifier columns"),
+    ("[input]\npath = 'data/'\n[output]\npath = 'data/release'\n[anonymize]\nk = 5\n", "lies inside the input"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nquasi_identifiers = ['A']\n"
+     "[evaluate]\nknown = [['B']]\n", "[evaluate] known: column(s) 'B' are not quasi-identifiers"),
+    ("k = 5\n", 'top-level key "k": keys belong in a section ([anonymize] k)'),
+    ("[input\n", "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize("text, message", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+def test_validate_names_the_bad_key(tmp_path, capsys, text, message):
+    code, out, err = _main(capsys, "validate", _write(tmp_path, "bad.toml", text))
+    assert code == 2 and not out
+    assert message in err, err
+
+
+def test_bad_input_and_bad_date_exit_2(workspace, capsys):
+    jobs, _ = workspace
+    job = _write(jobs, "cols.toml", SMALL_JOB.replace('"TAXINC"]', '"TAXINC", "NOPE"]'))
+    code, _, err = _main(capsys, "validate", job)
+    assert code == 2 and "[anonymize] quasi_identifiers names 1 column(s) not in the input: 'NOPE'" in err
+    code, _, err = _main(capsys, "run", _write(jobs, "missing.toml", SMALL_JOB.replace("warehouse/extract/", "gone/")))
+    assert code == 2 and "[input] path:" in err and "does not exist" in err
+    code, _, err = _main(capsys, "run", job, "--date", "2026-13-01")
+    assert code == 2 and "--date must be a date YYYY-MM-DD" in err
+    assert not (jobs / "exports").exists()
+
+
+def test_evaluate_unavailable_is_a_clear_input_error(workspace, monkeypatch, capsys):
+    jobs, _ = workspace
+    monkeypatch.setattr(jobfile, "evaluation_available", lambda: False)
+    code, _, err = _main(capsys, "validate", _write(jobs, "ev.toml", SMALL_JOB + "[evaluate]\n"))
+    assert code == 2 and "evaluate is not available" in err
+
+
+# --- exit codes -------------------------------------------------------------------------------------------
+
+def test_exit_code_table_matches_the_error_classes(monkeypatch, capsys):
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    from microagg.pipeline.errors import ClusterError, InputError, ReleaseGateError
+
+    assert (InputError.exit_code, ReleaseGateError.exit_code, ClusterError.exit_code) == (
+        exit_codes.EXIT_INPUT, exit_codes.EXIT_GATE, exit_codes.EXIT_CLUSTER)
+    assert exit_codes.is_cluster_failure(CommClosedError("gone"))
+    assert exit_codes.is_cluster_failure(KilledWorker("task", SimpleNamespace(address="tcp://w:1"), 3))
+    assert exit_codes.is_cluster_failure(ConnectionRefusedError())
+    assert not exit_codes.is_cluster_failure(FileNotFoundError("x"))
+    assert not exit_codes.is_cluster_failure(ValueError())
+    killed = KilledWorker("task", SimpleNamespace(address="tcp://w:1"), 3)
+    for raised, code in ((killed, 4), (CommClosedError("lost"), 4), (KeyboardInterrupt(), 130), (RuntimeError("bug"), 1),
+                         (InputError("bad"), 2), (ReleaseGateError("gate"), 3)):
+        def command(args, raised=raised):
+            raise raised
+        monkeypatch.setitem(cli.COMMANDS, "methods", command)
+        assert _main(capsys, "methods")[0] == code == exit_codes.exit_code_of(raised)
+    code, out, err = _main(capsys, "--log-format", "json", "methods")  # the last one: a gate failure
+    event = json.loads(err.strip().splitlines()[-1])
+    assert code == 3 and event["event"] == "failed" and event["error"] == "ReleaseGateError"
+    assert event["exit_code"] == 3 and event["message"] == "gate"
