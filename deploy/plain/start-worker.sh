@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Start one Dask worker on this host, in the foreground, connected to the scheduler.
+#
+#   deploy/plain/start-worker.sh tcp://HOST:8786
+#   NTHREADS=16 MEMORY_LIMIT=60GiB deploy/plain/start-worker.sh tcp://HOST:8786
+#   deploy/plain/start-worker.sh --scheduler-file /shared/scheduler.json
+#
+# One worker process with one thread per core: microagg's Numba kernels release the GIL, so the
+# threads run kernels in parallel (no process pool, no pickling of blocks between processes).
+# Environment: NTHREADS (default: the cores this process may use), MEMORY_LIMIT (default auto: the
+# host's memory; leave room for anything else on the host), LOCAL_DIRECTORY (spill space, default
+# $TMPDIR or /tmp: a local disk), DASK (the dask command). Extra arguments go to `dask worker`.
+set -euo pipefail
+
+if [ $# -lt 1 ]; then
+    echo "usage: start-worker.sh tcp://SCHEDULER:8786 [dask worker options]" >&2
+    exit 2
+fi
+
+exec "${DASK:-dask}" worker \
+    --nthreads "${NTHREADS:-$(nproc)}" \
+    --nworkers 1 \
+    --memory-limit "${MEMORY_LIMIT:-auto}" \
+    --local-directory "${LOCAL_DIRECTORY:-${TMPDIR:-/tmp}}" \
+    "$@"
