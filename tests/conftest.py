@@ -37,6 +37,19 @@ def microagg_cli(*args, check=False, timeout=300):
     return proc
 
 
+def stop_processes(procs):
+    """Terminate subprocesses (the last started first), killing any that do not exit within 20 s."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def assert_refused(tmp_path, df, qi, k, flags, message):
     """``microagg anonymize`` of ``df`` with ``flags`` fails as bad input (exit 2) with ``message``
     on stderr, and writes nothing."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import assert_k_anonymous, microagg_cli
+from conftest import assert_k_anonymous, microagg_cli, stop_processes
 from synthetic import QI, extract
 
 pytestmark = pytest.mark.cluster
@@ -43,13 +43,7 @@ def scheduler(tmp_path_factory):
             client.wait_for_workers(2, timeout=60)
         yield address
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(procs)
 
 
 def test_cli_on_an_existing_cluster(tmp_path, scheduler):

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import CENSUS_CSV, ROOT, assert_k_anonymous
+from conftest import CENSUS_CSV, ROOT, assert_k_anonymous, stop_processes
 
 DEPLOY = ROOT / "deploy"
 BIN = Path(sys.executable).parent
@@ -486,18 +486,6 @@ def test_warm_up_compiles_every_kernel():
 
 # --- end to end on 127.0.0.1 ----------------------------------------------------------------------------
 
-def _stop(procs):
-    for proc in reversed(procs):
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _wait_for_file(path, procs, seconds=60):
     deadline = time.monotonic() + seconds
     while not path.exists() or not path.stat().st_size:
@@ -531,7 +519,7 @@ def plain_cluster(tmp_path_factory):
             client.wait_for_workers(2, timeout=60)
         yield address
     finally:
-        _stop(procs)
+        stop_processes(procs)
 
 
 def census_qi():
