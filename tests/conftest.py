@@ -37,6 +37,18 @@ def microagg_cli(*args, check=False, timeout=300):
     return proc
 
 
+def cluster_address(scheduler_file, workers):
+    """The address in a Dask scheduler file, once ``workers`` workers have joined that scheduler."""
+    import json
+
+    from distributed import Client
+
+    address = json.loads(Path(scheduler_file).read_text())["address"]
+    with Client(address, timeout="30s") as client:
+        client.wait_for_workers(workers, timeout=60)
+    return address
+
+
 def stop_processes(procs):
     """Terminate subprocesses (the last started first), killing any that do not exit within 20 s."""
     for proc in reversed(procs):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import assert_k_anonymous, microagg_cli, stop_processes
+from conftest import assert_k_anonymous, cluster_address, microagg_cli, stop_processes
 from synthetic import QI, extract
 
 pytestmark = pytest.mark.cluster
@@ -36,12 +36,7 @@ def scheduler(tmp_path_factory):
                 [str(BIN / "dask"), "worker", "--scheduler-file", str(info), "--nthreads", "1", "--nworkers", "1",
                  "--host", "127.0.0.1", "--name", f"w{i}", "--memory-limit", "2GiB", *common],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        address = json.loads(info.read_text())["address"]
-        from distributed import Client
-
-        with Client(address, timeout="30s") as client:
-            client.wait_for_workers(2, timeout=60)
-        yield address
+        yield cluster_address(info, workers=2)
     finally:
         stop_processes(procs)
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import CENSUS_CSV, ROOT, assert_k_anonymous, stop_processes
+from conftest import CENSUS_CSV, ROOT, assert_k_anonymous, cluster_address, stop_processes
 
 DEPLOY = ROOT / "deploy"
 BIN = Path(sys.executable).parent
@@ -512,12 +512,7 @@ def plain_cluster(tmp_path_factory):
         for i in range(2):
             procs.append(subprocess.Popen([str(DEPLOY / "plain" / "start-worker.sh"), "--scheduler-file", str(info),
                                            "--host", "127.0.0.1", "--name", f"w{i}", "--no-dashboard"], **quiet))
-        address = json.loads(info.read_text())["address"]
-        from distributed import Client
-
-        with Client(address, timeout="30s") as client:
-            client.wait_for_workers(2, timeout=60)
-        yield address
+        yield cluster_address(info, workers=2)
     finally:
         stop_processes(procs)
 
