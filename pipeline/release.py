@@ -542,15 +542,21 @@ def _stretches(buckets, bounds, k, merge):
             for lo, hi, slices in mic1d.targets(offsets, bounds, k, merge)]
 
 
+def _mic1d_bounds(strata, n_rows, width):
+    """Where each stratum's values start in the Mic1D-k sequence of a block of ``width`` columns."""
+    if strata is None:
+        return mic1d.stratum_bounds([n_rows * width])
+    rows = np.bincount(strata.tree_of, weights=strata.rows, minlength=strata.n_trees).astype(np.int64)
+    return mic1d.stratum_bounds(rows * width)
+
+
 def solve_mic1d(frame, qi, n_rows, mean, std, options, strata=None, first_column=0, sample=None):
     """Mic1D-k (:mod:`pipeline.mic1d`) on the cluster: melt, sort, normalize run by run, sort again,
     protect run by run. Returns ``(pieces per QI column, evidence pieces, buckets per sort)``."""
     width, k = len(qi), options.k
     total = n_rows * width
     merge = mic1d.merge_of(options.method_options)
-    bounds = mic1d.stratum_bounds(
-        [total] if strata is None else np.bincount(strata.tree_of, weights=strata.rows, minlength=strata.n_trees)
-        .astype(np.int64) * width)
+    bounds = _mic1d_bounds(strata, n_rows, width)
     _, sample = sample or draw_sample(frame, qi, n_rows, options)
     s_cells = mic1d.melt(sample[qi].to_numpy(dtype=np.float64), sample[ROW_ID].to_numpy(dtype=np.int64),
                          strata.codes(sample) if strata else None)
@@ -1004,9 +1010,7 @@ def _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, start
     with timings.stage("gate"):
         totals = []
         for block, proof in zip(blocks, evidence):
-            values = n_rows * len(block)
-            bounds = mic1d.stratum_bounds([values] if strata is None else np.bincount(
-                strata.tree_of, weights=strata.rows, minlength=strata.n_trees).astype(np.int64) * len(block))
+            bounds = _mic1d_bounds(strata, n_rows, len(block))
             totals.append(_mic1d_gate(dask.compute(*proof), n_rows, len(block), bounds, options.k, merge))
     by_column = [(range(j, j + 1), pieces) for j, pieces in enumerate(columns)]
     with timings.stage("real anonymity"):
