@@ -715,10 +715,21 @@ def file_divisions(n_rows, rows_per_file):
 
 def _by_file(released, starts):
     """Released rows cut into one ``(row ids, groups, group table)`` piece per output file (``starts``:
-    first row ids)."""
+    first row ids).
+
+    A piece whose rows go to several files gives each file only the groups its rows carry: every
+    piece is then counted (and, on a cluster, spilled or sent) at its own size, not with the whole
+    table again (at 100M rows the repeated tables made the worker think it held 20 GB).
+    """
     bounds = np.searchsorted(released.row_id, [*starts[1:], np.iinfo(np.int64).max])
     cuts = np.concatenate([[0], bounds])
-    return [(released.row_id[a:b], released.group[a:b], released.table) for a, b in zip(cuts[:-1], cuts[1:])]
+    if np.count_nonzero(np.diff(cuts)) <= 1:
+        return [(released.row_id[a:b], released.group[a:b], released.table) for a, b in zip(cuts[:-1], cuts[1:])]
+    out = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        used, group = np.unique(released.group[a:b], return_inverse=True)
+        out.append((released.row_id[a:b], group.reshape(-1).astype(np.int64), released.table[used]))
+    return out
 
 
 def _scatter(start, stop, width, slots, pieces):
