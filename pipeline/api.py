@@ -79,7 +79,7 @@ def partition(X, k, method="mdav", *, refine="none", standardized=False, method_
     method_options, refine_options : dict of the options the method / refinement declares (for
         example ``{"grow": "nc"}``, ``{"iterations": 500}``)
     seed : int, seeds the methods and refinements that draw random numbers (and the blocking sample)
-    **blocking : ``block_size``, ``blocks_per_task``, ``order``, ``sample_rows``, ``stitch`` (see
+    **blocking : ``block_size``, ``blocks_per_task``, ``one_block_rows``, ``order``, ``sample_rows``, ``stitch`` (see
         :class:`microagg.pipeline.release.ReleaseOptions`)
 
     Returns
@@ -155,7 +155,7 @@ def _blocking(options, k, seed):
     if unknown:
         raise TypeError(f"unknown blocking option(s) {unknown}; accepted: {', '.join(sorted(accepted))}, stitch")
     plan = Blocking(seed=seed, **options)
-    check_blocking(plan.block_size, plan.blocks_per_task, plan.order, k)
+    check_blocking(plan.block_size, plan.blocks_per_task, plan.order, k, plan.one_block_rows)
     return plan, STITCHING[name]
 
 

@@ -23,8 +23,9 @@ from . import blocking, stitch
 class Blocking:
     """How the rows are cut into blocks (the pipeline's options of the same names)."""
 
-    block_size: int = 5000
-    blocks_per_task: int = 16
+    block_size: int = 2500
+    blocks_per_task: int = 32
+    one_block_rows: int = 5000
     order: str = "kd"
     seed: int = 0
     sample_rows: int | None = None
@@ -44,7 +45,7 @@ def blocked_partition(Z, k, solver, settings, plan=Blocking(), threads=None, str
     sample = row_ids if threshold is None else np.flatnonzero(kernels.sample_mask(row_ids, plan.seed, threshold))
     forest = blocking.build_forest(np.ascontiguousarray(Z[sample]), None if stratum is None else stratum[sample],
                                    n_strata, fraction, plan.block_size, plan.blocks_per_task * plan.block_size, k,
-                                   plan.order)
+                                   plan.order, plan.one_block_rows)
     leaf = forest.route(Z, stratum)
     task_of_row = forest.leaf_task[leaf]
     order = np.argsort(task_of_row, kind="stable")  # rows of each task together, in row-id order

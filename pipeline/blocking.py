@@ -11,7 +11,9 @@ their global row id with the seed), by recursive median splits:
   (``shared/papers/mic1d-one-dimension-microaggregation.txt``, principal component projection).
 * ``zscore``: every split along the sum of z-scores (the Z-score projection of the same paper).
 
-A cell becomes a leaf (a block) once its estimated row count is at most ``block_size``. Leaves are
+A cell becomes a leaf (a block) once its estimated row count is at most ``block_size``; an input of
+at most ``one_block_rows`` rows is not split at all (one block: the method exactly as published, as
+on the CASC files). Leaves are
 grouped into *tasks*: the largest subtrees of at most ``task_rows`` estimated rows; a task is one
 Dask partition, solved and stitched internally. The split planes above the task level (the
 *upper* nodes) are stitched across tasks in a second stage.
@@ -66,10 +68,10 @@ class SplitTree:
 
 
 def sample_plan(n_rows, block_size, sample_rows=None):
-    """``(fraction, threshold)`` of the deterministic sample behind the split tree: about 256 sample
+    """``(fraction, threshold)`` of the deterministic sample behind the split tree: about 128 sample
     rows per block (at least 20,000, at most 2,000,000) unless ``sample_rows`` says otherwise; a row is
     sampled when the hash of its row id and the seed is below ``threshold`` (None: every row)."""
-    target = sample_rows or min(2_000_000, max(20_000, 256 * n_rows // block_size))
+    target = sample_rows or min(2_000_000, max(20_000, 128 * n_rows // block_size))
     fraction = min(1.0, target / max(n_rows, 1))
     threshold = None if fraction >= 1.0 else np.uint64(min(2**64 - 1, int(fraction * 2.0**64)))
     return fraction, threshold
@@ -85,8 +87,10 @@ def principal_direction(Z):
     return v
 
 
-def build_tree(Z, fraction, block_size, task_rows, k, order="kd"):
-    """Split tree from the sample ``Z`` (rows in row-id order) drawn with probability ``fraction``."""
+def build_tree(Z, fraction, block_size, task_rows, k, order="kd", one_block_rows=0):
+    """Split tree from the sample ``Z`` (rows in row-id order) drawn with probability ``fraction``;
+    a cell is split while its estimated rows exceed ``block_size``, but not at all (one block) when
+    the whole input is estimated at most ``one_block_rows``."""
     if order not in ORDERS:
         raise ValueError(order)
     d = Z.shape[1]
@@ -99,10 +103,11 @@ def build_tree(Z, fraction, block_size, task_rows, k, order="kd"):
     directions, thresholds, lefts, rights, estimates = [], [], [], [], []
     n_leaves = 0
 
-    def grow(idx):
+    def grow(idx, root=False):
         nonlocal n_leaves
         estimate = len(idx) / fraction
-        if estimate > block_size and len(idx) >= 2 * min_child:
+        whole = root and estimate <= one_block_rows
+        if estimate > block_size and not whole and len(idx) >= 2 * min_child:
             cell = Z[idx]  # one gather per node (C-contiguous), for the direction and the projection
             v = fixed if fixed is not None else principal_direction(cell)
             p = project(cell, v)
@@ -121,7 +126,7 @@ def build_tree(Z, fraction, block_size, task_rows, k, order="kd"):
         n_leaves += 1
         return -n_leaves  # == -1 - leaf
 
-    root = grow(np.arange(Z.shape[0]))
+    root = grow(np.arange(Z.shape[0]), root=True)
     tree = SplitTree(
         directions=np.ascontiguousarray(np.array(directions, dtype=np.float64).reshape(len(thresholds), d)),
         thresholds=np.array(thresholds, dtype=np.float64),
@@ -216,14 +221,15 @@ def at_mean(Z):
     return np.ascontiguousarray(np.where(np.isnan(Z), 0.0, Z))
 
 
-def build_forest(Z, stratum, n_strata, fraction, block_size, task_rows, k, order="kd"):
+def build_forest(Z, stratum, n_strata, fraction, block_size, task_rows, k, order="kd", one_block_rows=0):
     """A :class:`Forest` from the sample ``Z`` (rows in row-id order) and the sample rows' strata
-    (``stratum``, codes ``0..n_strata-1``; None: one stratum)."""
+    (``stratum``, codes ``0..n_strata-1``; None: one stratum); see :func:`build_tree`."""
     Z = at_mean(Z)
     if stratum is None:
-        return Forest([build_tree(Z, fraction, block_size, task_rows, k, order)])
+        return Forest([build_tree(Z, fraction, block_size, task_rows, k, order, one_block_rows)])
     trees = []
     for s in range(n_strata):
         rows = np.ascontiguousarray(Z[stratum == s])
-        trees.append(build_tree(rows, fraction, block_size, task_rows, k, order if len(rows) > 1 else "kd"))
+        trees.append(build_tree(rows, fraction, block_size, task_rows, k, order if len(rows) > 1 else "kd",
+                                one_block_rows))
     return Forest(trees)

@@ -109,8 +109,10 @@ def check_release_where(expression, qi, meta):
         raise InputError(f"--release-where {expression!r} is not a true/false condition on each row")
 
 
-def check_blocking(block_size, blocks_per_task, order, k):
+def check_blocking(block_size, blocks_per_task, order, k, one_block_rows=0):
     """Options of the blocked solve (in memory or distributed)."""
+    if one_block_rows < 0:
+        raise InputError(f"one-block rows must be >= 0, got {one_block_rows}")
     if order not in ORDERS:
         raise InputError(f"unknown order {order!r}; choose one of: {', '.join(ORDERS)}")
     if blocks_per_task < 1:

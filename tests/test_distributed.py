@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import microagg
-from conftest import CENSUS_CSV, assert_k_anonymous, microagg_cli
+from conftest import CENSUS_CSV, EIA_NON_QI, assert_k_anonymous, microagg_cli
 from synthetic import QI, extract
 
 BLOCKED = ["--block-size", "1500", "--blocks-per-task", "4", "--identifiers", "person_id", "--qi", ",".join(QI)]
@@ -124,6 +124,24 @@ def test_one_block_equals_the_in_memory_method(census, refine):
         assert round(il, 3) == expected
     else:
         assert il < 5.692  # the local search only ever lowers the SSE
+
+
+def test_an_input_up_to_one_block_rows_is_one_block(eia):
+    """EIA (4,092 rows) is larger than the default block (2,500) but within ``one_block_rows``
+    (5,000): solved as one block, classic MDAV exactly (IL 0.483 at k=3); without the threshold it is
+    split, and stitching cannot make up the whole loss."""
+    X = eia.drop(columns=EIA_NON_QI).to_numpy(dtype=float)
+    def canonical(labels):  # groups numbered by their first row
+        return np.unique(labels, return_inverse=True, return_index=True)[1].argsort().argsort()[labels]
+
+    exact = canonical(microagg.partition(X, 3))
+    assert np.array_equal(canonical(microagg.partition(X, 3, block_size=2500)), exact)
+    assert round(microagg.information_loss(X, exact), 3) == 0.483
+    split = microagg.partition(X, 3, block_size=2500, one_block_rows=0)
+    assert not np.array_equal(canonical(split), exact)
+    assert np.bincount(split).min() >= 3
+    with pytest.raises(microagg.InputError, match="one-block rows"):
+        microagg.partition(X, 3, block_size=2500, one_block_rows=-1)
 
 
 @pytest.mark.parametrize("order", ["kd", "pca", "zscore"])
