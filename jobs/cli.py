@@ -73,6 +73,11 @@ def _add_anonymize(sub):
                         '"AGE >= 40 and AGE <= 50" (quasi-identifier columns only: whole groups are kept)')
     p.add_argument("--report", default=None, metavar="PATH",
                    help="where to write the JSON report (default OUTPUT/_report.json)")
+    p.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
+                   help="also write the report as one self-contained HTML page with plots of the original and "
+                        "released data (default on): OUTPUT/_report.html, or beside --report PATH (suffix .html). "
+                        "It holds aggregates of the original data (histograms, correlations): handle it as the "
+                        "original, not as part of the release")
     p.add_argument("--rows-per-file", type=int, default=1_000_000, help="rows per output Parquet file")
     p.add_argument("--refine", default="none", metavar="NAME",
                    help="refinement applied to every block after the method (see `microagg methods`): none "
@@ -106,11 +111,14 @@ def _add_anonymize(sub):
                    help="how records are blocked: kd (recursive median splits along each cell's first "
                         "principal direction; default), pca (slabs along the first principal component), "
                         "zscore (slabs along the sum of z-scores)")
-    p.add_argument("--block-size", type=int, default=5000,
-                   help="largest block solved by the method at once (default 5000); an input of at most "
-                        "this many rows is solved exactly as one block")
-    p.add_argument("--blocks-per-task", type=int, default=16,
-                   help="blocks solved and stitched together in one Dask task (default 16); the split planes "
+    # blocking defaults: ReleaseOptions's (the flags are passed on only when given)
+    p.add_argument("--block-size", type=int, default=None,
+                   help="largest block of the split tree, solved by the method at once (default 2500)")
+    p.add_argument("--one-block-rows", type=int, default=None,
+                   help="an input (or stratum) of at most this many rows is not split: solved as one block, "
+                        "exactly the published method (default 5000: the CASC files)")
+    p.add_argument("--blocks-per-task", type=int, default=None,
+                   help="blocks solved and stitched together in one Dask task (default 32); the split planes "
                         "between tasks are stitched in a second, parallel stage")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the sample that shapes the blocks and of seeded methods and refinements (each "
@@ -150,14 +158,14 @@ def _anonymize(args):
         refine_options=_given(args, iterations="iterations", time_budget="time_budget"),
         stitch=args.stitch,
         order=args.order,
-        block_size=args.block_size,
-        blocks_per_task=args.blocks_per_task,
         seed=args.seed,
         hash_identifiers=args.hash_identifiers,
         noise=args.noise,
         epsilon=args.epsilon,
         release_where=args.release_where,
         missing=args.missing,
+        **dict(_given(args, block_size="block_size", blocks_per_task="blocks_per_task",
+                      one_block_rows="one_block_rows")),
     )
     with dask_client(args.scheduler, workers=args.workers, threads_per_worker=args.threads_per_worker,
                      memory_limit=args.memory_limit, processes=args.processes) as client:
@@ -166,9 +174,9 @@ def _anonymize(args):
         extra = (lambda: {"workers": worker_memory(client)}) if client is not None else None
         if wanted() and not args.quiet:
             with StageProgress(client):
-                report = run(args.input, args.output, options, args.report, key, extra)
+                report = run(args.input, args.output, options, args.report, key, extra, html=args.html)
         else:
-            report = run(args.input, args.output, options, args.report, key, extra)
+            report = run(args.input, args.output, options, args.report, key, extra, html=args.html)
     if report["method"] == "mic1d":
         _say(args, f"release: {report['output']} ({report['rows']} rows, {report['values']} values in "
                    f"{report['groups']} runs of {report['min_group_size']}..{report['max_group_size']} values, "
@@ -181,7 +189,7 @@ def _anonymize(args):
         _say(args, f"released {report['rows_released']} of {report['rows']} rows ({report['release_where']})")
     if report["noise"] != "none":
         _say(args, f"noise: {report['noise']}, epsilon {report['epsilon']}")
-    _say(args, f"report: {report['report']}")
+    _say(args, f"report: {report['report']}" + (f", {report['html']}" if report["html"] else ""))
     _say(args, f"information loss: {report['information_loss']:.3f} %")
     return EXIT_OK
 

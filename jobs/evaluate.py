@@ -1,5 +1,7 @@
 """``microagg evaluate``: utility and disclosure risk of a masked file against its original."""
 
+import argparse
+
 from .flags import add_cluster_arguments
 
 EXIT_OK = 0
@@ -19,8 +21,8 @@ def add_parser(sub):
             "exact, for all QIs and every --known set; rank-based interval disclosure ID), the score, the real "
             "anonymity k' and the equivalence-class sizes of the released QI tuples, and checks (row counts, "
             "k-anonymity with --k, non-QI columns unchanged). Writes the JSON report to --report (default "
-            f"./{DEFAULT_REPORT}) and prints a summary. Failed checks are reported, not errors (exit 0); bad "
-            "input exits with 2."
+            f"./{DEFAULT_REPORT}), the same as an HTML page with plots beside it (--no-html: none), and prints "
+            "a summary. Failed checks are reported, not errors (exit 0); bad input exits with 2."
         ),
     )
     p.add_argument("original", metavar="ORIGINAL",
@@ -39,6 +41,10 @@ def add_parser(sub):
                         "(default 10)")
     p.add_argument("--report", default=DEFAULT_REPORT, metavar="PATH",
                    help=f"where to write the JSON report (default ./{DEFAULT_REPORT}); written atomically")
+    p.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
+                   help="also write the report as one self-contained HTML page with plots of both files (default "
+                        "on), beside the JSON report: PATH with the suffix .html. It holds aggregates of the "
+                        "original data: handle it as the original")
     p.add_argument("--block-rows", type=int, default=None, metavar="N",
                    help="original records per record-linkage block (default 100000); the DLD does not depend "
                         "on it")
@@ -56,11 +62,11 @@ def run(args):
     if args.block_rows is not None:
         options["block_rows"] = args.block_rows
     id_percent = metrics.ID_PERCENT if args.id_percent is None else args.id_percent
-    evaluate.check_report_path(args.report)  # before a cluster starts
+    evaluate.check_report_path(args.report, args.html)  # before a cluster starts
     with dask_client(args.scheduler, workers=args.workers, threads_per_worker=args.threads_per_worker,
                      memory_limit=args.memory_limit, processes=args.processes):
         report = evaluate.run(args.original, args.masked, args.qi, args.report, args.k, args.known, id_percent,
-                              **options)
+                              html=args.html, **options)
     if not args.quiet:
         _summary(report)
     return EXIT_OK
@@ -93,5 +99,5 @@ def _summary(report):
     changed = {c: n for c, n in checks["unchanged_columns"].items() if n}
     if changed:
         lines.append("columns changed: " + ", ".join(f"{c} ({n} rows)" for c, n in changed.items()))
-    lines.append(f"report: {report['report']}")
+    lines.append(f"report: {report['report']}" + (f", {report['html']}" if report.get("html") else ""))
     print("\n".join(lines), flush=True)

@@ -31,7 +31,7 @@ Sections and keys (``*``: required)::
     release_where    condition on the released QI values, e.g. "AGE >= 40"
     refine           a refinement of `microagg methods` (default "none")
     stitch           "light" | "deep"; order "kd" | "pca" | "zscore"
-    block_size, blocks_per_task, sample_rows, seed   integers
+    block_size, blocks_per_task, one_block_rows, sample_rows, seed   integers
     hash_identifiers true: identifiers replaced by their HMAC-SHA256 under $MICROAGG_HMAC_KEY
     grow "nn"|"nc", gamma, eps, mhm_order "mdav"|"npn"|"md"|"cbfs", univariate_grouping
     "optimal"|"fixed", remainder "separate"|"merge"   (method options, where the method takes them)
@@ -44,7 +44,8 @@ Sections and keys (``*``: required)::
 
     [report]
     json             release report (default: _report.json inside the release)
-    html             true: _report.html inside the release; or a path; false / absent: none
+    html             true: _report.html inside the release (with the data plots; beside json if that is a
+                     path); a path: written there too; false / absent: none
     evaluation       evaluation report (default: _evaluation.json inside the release)
 
     [evaluate]
@@ -295,6 +296,7 @@ SCHEMA = {
         "order": Key(_choice(_pipeline_choices("blocking", "ORDERS"))),
         "block_size": Key(_integer(1)),
         "blocks_per_task": Key(_integer(1)),
+        "one_block_rows": Key(_integer(0)),
         "sample_rows": Key(_integer(1)),
         "seed": Key(_integer(0)),
         "hash_identifiers": Key(_boolean),
@@ -505,8 +507,9 @@ def load(path, date=None):
         aggregate=anonymize.get("aggregate", "mean"),
         rows_per_file=get("output", "rows_per_file", 1_000_000),
         order=anonymize.get("order", "kd"),
-        block_size=anonymize.get("block_size", 5000),
-        blocks_per_task=anonymize.get("blocks_per_task", 16),
+        block_size=anonymize.get("block_size", ReleaseOptions.block_size),
+        blocks_per_task=anonymize.get("blocks_per_task", ReleaseOptions.blocks_per_task),
+        one_block_rows=anonymize.get("one_block_rows", ReleaseOptions.one_block_rows),
         seed=anonymize.get("seed", 0),
         refine=anonymize.get("refine", "none"),
         method_options=_given(anonymize, METHOD_OPTIONS),

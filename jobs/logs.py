@@ -7,8 +7,8 @@
   the job's progress is in the stream (other libraries still only at WARNING, ``distributed`` at ERROR;
   with ``--debug`` everything at DEBUG);
 * a stage of the pipeline or of a job file (:class:`pipeline.release.Timings` and :mod:`jobs.run`):
-  also ``event: "stage"``, ``stage`` (its name) and ``status``: ``"started"``, or ``"done"`` with
-  ``seconds``;
+  also ``event: "stage"``, ``stage`` (its name) and ``status``: ``"started"``, or ``"done"``,
+  ``"failed"`` or ``"interrupted"`` with ``seconds``;
 * the outcome, last: ``event: "finished"`` with ``command``, ``exit_code`` (0) and, where the command
   has them, ``output``, ``rows``, ``information_loss`` (percent), ``report``; or ``event: "failed"``
   with ``command``, ``exit_code`` (see :mod:`jobs.exit_codes`), ``error`` (the exception's class),
@@ -36,6 +36,7 @@ FORMATS = ("text", "json")
 
 _STAGE_STARTED = "stage %s ..."           # pipeline.release.Timings.stage
 _STAGE_DONE = "stage %s done in %.2f s"
+_STAGE_ENDED = "stage %s %s after %.2f s"  # failed / interrupted
 
 _state = {"format": "text", "outcome": {}, "handler": None, "raised": False}
 
@@ -62,6 +63,8 @@ class JsonFormatter(logging.Formatter):
             entry.update(event="stage", stage=str(args[0]), status="started")
         elif record.msg == _STAGE_DONE and len(args) == 2:
             entry.update(event="stage", stage=str(args[0]), status="done", seconds=round(float(args[1]), 4))
+        elif record.msg == _STAGE_ENDED and len(args) == 3:
+            entry.update(event="stage", stage=str(args[0]), status=str(args[1]), seconds=round(float(args[2]), 4))
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             entry.update(fields)

@@ -11,7 +11,8 @@ import time
 from collections import Counter
 
 
-def wanted(stream=sys.stderr):
+def wanted(stream=None):
+    stream = sys.stderr if stream is None else stream  # the current stderr (an in-process run may replace it)
     return stream.isatty() and not os.environ.get("CI")
 
 

@@ -6,8 +6,9 @@ json`` (:mod:`jobs.logs`) gives a scheduler one JSON object per line, the stages
 ``run`` checks the whole job before anything is created: the job file, the options by the pipeline's
 validators and the input's schema (metadata only); then creates the missing parent directories of the
 release (the ``{date}`` directory, say), starts or connects to the cluster, writes the release atomically
-(a re-run of the same job and date replaces its own release: never two, never half of one), then, if
-asked, evaluates it and writes the HTML report. ``validate`` does the checks and nothing else.
+(a re-run of the same job and date replaces its own release: never two, never half of one; with
+``[report] html``, its HTML page inside), then, if asked, evaluates it and adds the evaluation's measures
+to the page. ``validate`` does the checks and nothing else.
 """
 
 import logging
@@ -143,7 +144,8 @@ def run(args):
             extra = (lambda: {"workers": worker_memory(client), "job": _job_fields(job)}) if client is not None \
                 else (lambda: {"job": _job_fields(job)})
             with _stage("anonymize"):
-                report = release.run(job.input, job.output, job.options, job.report, key, extra)
+                report = release.run(job.input, job.output, job.options, job.report, key, extra,
+                                     html=job.html is not None)
             if job.evaluate is not None:
                 with _stage("evaluate"):
                     evaluation = _evaluate(job, report)
@@ -179,11 +181,14 @@ def _evaluate(job, report):
     k = report["k"] if report.get("k_anonymity_scope") == "all quasi-identifiers" else None
     known = [list(s) for s in ev["known"]]
     return evaluate.run(job.input, job.output, list(report["quasi_identifiers"]), job.evaluation, k=k, known=known,
-                        seed=job.options.seed, **options)
+                        seed=job.options.seed, html=False, **options)  # the job's page shows both reports
 
 
 def _html(job, report, evaluation):
-    """The HTML page of the release report, with the evaluation's measures when there is one."""
+    """The HTML page of the release report with its data plots (from the report's ``summary``) and the
+    evaluation's measures when there is one. The release wrote its page (``report["html"]``: inside
+    the release, or beside ``[report] json``); it is written again at ``[report] html`` if that is
+    elsewhere, and re-rendered in place after an evaluation."""
     from ..pipeline.report import write_html
 
     page = dict(report)
@@ -191,7 +196,12 @@ def _html(job, report, evaluation):
         for name in ("information_loss", "disclosure_risk", "score", "anonymity", "checks", "known"):
             if name in evaluation:
                 page[name] = evaluation[name]
-    write_html(job.html, page)
+    written = os.path.abspath(report["html"]) if report.get("html") else None
+    targets = [job.html] if os.path.abspath(job.html) != written else []
+    if evaluation and written:
+        targets.append(report["html"])
+    for path in targets:
+        write_html(path, page, report.get("summary"))
 
 
 def _summary(job, report, evaluation):

@@ -84,12 +84,13 @@ import pandas as pd
 from dask import delayed
 
 from .. import kernels
-from ..kernels import groups, linkage
+from ..kernels import groups, histogram, linkage
 from ..kernels.stats import HUGE
 from . import io, metrics, stats
 from .blocking import sample_plan
 from .errors import InputError
 from .release import Timings, persisted
+from .release import html_path as release_html_path
 from .validation import check_k
 
 log = logging.getLogger(__name__)
@@ -193,15 +194,22 @@ def _float_matrix(part, qi, which):
         raise
 
 
+def _extremes(X):
+    """Each column's smallest and largest value (NaN skipped; ``+inf, -inf`` for none)."""
+    return np.fmin.reduce(X, axis=0, initial=np.inf), np.fmax.reduce(X, axis=0, initial=-np.inf)
+
+
 def _original_pass(part, qi):
     X = _float_matrix(part, qi, "original")
-    return len(part), stats.chunk(X)
+    return len(part), stats.chunk(X), *_extremes(X)
 
 
 def _masked_pass(part, qi):
-    A = np.abs(_float_matrix(part, qi, "masked"))
+    X = _float_matrix(part, qi, "masked")
+    A = np.abs(X)
     infinite = A == np.inf
-    return len(part), np.isnan(A).sum(axis=0), infinite.sum(axis=0), ((A > HUGE) & ~infinite).sum(axis=0)
+    return (len(part), np.isnan(A).sum(axis=0), infinite.sum(axis=0), ((A > HUGE) & ~infinite).sum(axis=0),
+            *_extremes(X))
 
 
 def _compute(*objs):
@@ -239,8 +247,9 @@ def _check_values(qi, per_file):
 
 
 def column_statistics(original_parts, masked_parts, qi):
-    """One pass over both files' partitions: ``(lengths of the original's, of the masked's, mean, std)``,
-    after the row-count and finiteness checks."""
+    """One pass over both files' partitions: ``(lengths of the original's, of the masked's, mean, std,
+    minimum, maximum)``, after the row-count and finiteness checks; the minimum and maximum of each QI
+    over both files are the edges of the report's histograms."""
     found = _compute(*[delayed(_original_pass, pure=True)(p, qi) for p in original_parts],
                      *[delayed(_masked_pass, pure=True)(p, qi) for p in masked_parts])
     first, second = found[:len(original_parts)], found[len(original_parts):]
@@ -254,7 +263,9 @@ def column_statistics(original_parts, masked_parts, qi):
     masked_counts = [np.sum([f[i] for f in second], axis=0) if second else np.zeros(d) for i in (1, 2, 3)]
     _check_values(qi, [("original", total.nans, total.infs, total.huge), ("masked", *masked_counts)])
     mean, std = stats.finalize(total)
-    return lengths_o, lengths_m, mean, std
+    lo = np.min([f[2] for f in first] + [f[4] for f in second], axis=0)
+    hi = np.max([f[3] for f in first] + [f[5] for f in second], axis=0)
+    return lengths_o, lengths_m, mean, std, lo, hi
 
 
 # --- stage 3: aligned pieces ------------------------------------------------------------------------------
@@ -324,17 +335,22 @@ def align(original_parts, masked_parts, lengths_o, lengths_m, qi, shared, piece_
 # --- stage 4: information loss ---------------------------------------------------------------------------
 
 
-def _pair_loss(pair, std):
+def _pair_loss(pair, std, edges):
     scale = np.where(std > 0, std, np.inf)
     sse = float((((pair.X - pair.Xm) / scale) ** 2).sum())
-    return metrics.moments(pair.X, pair.Xm), sse, pair.differing
+    ones = np.ones(len(pair.X), dtype=np.int64)
+    counts = (histogram.bin_counts(pair.X, edges, ones), histogram.bin_counts(pair.Xm, edges, ones))
+    return metrics.moments(pair.X, pair.Xm), sse, pair.differing, counts
 
 
-def information_loss(pairs, qi, std, quantiles, q_original, q_masked):
-    """The ``information_loss`` entry of the report and the shared columns' differing-row counts."""
-    found = dask.compute(*[delayed(_pair_loss, pure=True)(p, std) for p in pairs])
+def information_loss(pairs, qi, std, quantiles, q_original, q_masked, edges):
+    """The ``information_loss`` entry of the report, the shared columns' differing-row counts and the
+    report's data summary pieces: ``(merged moments, original counts, masked counts)`` in the bins of
+    ``edges`` (:func:`pipeline.report.bin_counts`)."""
+    edges = np.ascontiguousarray(edges, dtype=np.float64)
+    found = dask.compute(*[delayed(_pair_loss, pure=True)(p, std, edges) for p in pairs])
     m = found[0][0]
-    for other, _, _ in found[1:]:
+    for other, *_ in found[1:]:
         m = metrics.combine_moments(m, other)
     sse = sum(f[1] for f in found)
     sst = float(m["n"] * np.count_nonzero(std > 0))
@@ -347,7 +363,7 @@ def information_loss(pairs, qi, std, quantiles, q_original, q_masked):
         "il1s": metrics.il1s_from(m),
         "attributes": changes.to_dict(orient="records"),
         "quantiles": QUANTILE_METHOD,
-    }, np.sum([f[2] for f in found], axis=0)
+    }, np.sum([f[2] for f in found], axis=0), (m, sum(f[3][0] for f in found), sum(f[3][1] for f in found))
 
 
 # --- stage 5: equivalence classes ---------------------------------------------------------------------------
@@ -731,6 +747,8 @@ class Prepared(NamedTuple):
     mean: np.ndarray
     std: np.ndarray
     pairs: list
+    lo: np.ndarray | None = None  # each QI's minimum and maximum over both files
+    hi: np.ndarray | None = None
 
 
 def prepare(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT, piece_rows=PIECE_ROWS,
@@ -743,11 +761,11 @@ def prepare(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCEN
         # both files read once and kept until aligned: every pass sees the same partitions
         original_parts = list(persisted(*original[qi + shared].to_delayed()))
         masked_parts = list(persisted(*masked[qi + shared].to_delayed()))
-        lengths_o, lengths_m, mean, std = column_statistics(original_parts, masked_parts, qi)
+        lengths_o, lengths_m, mean, std, lo, hi = column_statistics(original_parts, masked_parts, qi)
     with timings.stage("align"):
         pairs = align(original_parts, masked_parts, lengths_o, lengths_m, qi, shared, piece_rows)
         del original_parts, masked_parts
-    return Prepared(qi, scenarios, shared, int(sum(lengths_o)), mean, std, pairs)
+    return Prepared(qi, scenarios, shared, int(sum(lengths_o)), mean, std, pairs, lo, hi)
 
 
 def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT, *, quantiles=metrics.QUANTILES,
@@ -771,6 +789,7 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
     timings : a :class:`pipeline.release.Timings` to add the stage times to
     """
     from .. import __version__
+    from . import report as report_page
 
     timings = timings or Timings()
     quantiles = tuple(float(q) for q in quantiles)
@@ -782,7 +801,9 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
     with timings.stage("columns"):
         rates, q_original, q_masked = column_measures(pairs, d, ps, quantiles)
     with timings.stage("information loss"):
-        loss, differing = information_loss(pairs, qi, prep.std, quantiles, q_original, q_masked)
+        edges = report_page.histogram_edges(prep.lo, prep.hi)
+        loss, differing, (m, counts_x, counts_m) = information_loss(pairs, qi, prep.std, quantiles, q_original,
+                                                                     q_masked, edges)
     with timings.stage("classes"):
         summary = metrics.class_size_summary(class_sizes(pairs, d))
     scenarios = []
@@ -838,6 +859,9 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
         "pieces": len(pairs),
         "timings": timings.seconds,
         "version": __version__,
+        # the page's plots (pipeline/report.py): the same dict as report.summary_data of both files
+        "summary": report_page.summary_from(qi, m, edges, counts_x, counts_m, summary["histogram"], "classes",
+                                            rows=n, rows_used=n),
     }
     return _json_safe(report)
 
@@ -866,12 +890,21 @@ def row_counts_from_metadata(original_path, masked_path, original, masked):
         check_rows(len(original), len(masked))
 
 
-def check_report_path(path):
+def check_report_path(path, html=False):
+    """Refuse a report path that cannot be written (and, with ``html``, one ending with ``.html``,
+    where the page goes: :func:`html_path`)."""
     head = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(head):
         raise InputError(f"the directory of the report, {head!r}, does not exist")
     if os.path.isdir(path):
         raise InputError(f"the report path {path!r} is a directory; give a file name")
+    if html:
+        html_path(path)
+
+
+def html_path(report_path):
+    """Where :func:`run` writes the HTML page: beside the JSON report, its suffix replaced by ``.html``."""
+    return release_html_path(None, report_path)
 
 
 def write_report(path, report):
@@ -889,10 +922,13 @@ def write_report(path, report):
         raise
 
 
-def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percent=metrics.ID_PERCENT, **options):
-    """Read both files, evaluate, write the report to ``report_path``; returns the report."""
+def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percent=metrics.ID_PERCENT, html=True,
+        **options):
+    """Read both files, evaluate, write the report to ``report_path``; returns the report. ``html``: also
+    write it as an HTML page with the data summary's plots (:mod:`pipeline.report`) beside it
+    (:func:`html_path`), before the JSON; each file is written aside and renamed into place."""
     timings = Timings()
-    check_report_path(report_path)
+    check_report_path(report_path, html)
     with timings.stage("read"):
         original = io.read_input(original_path)
         masked = io.read_input(masked_path)
@@ -900,6 +936,11 @@ def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percen
         plan(original, masked, qi, k, known, id_percent)
         row_counts_from_metadata(original_path, masked_path, original, masked)
     report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, **options)
-    report.update(original=str(original_path), masked=str(masked_path), report=str(report_path))
+    page = html_path(report_path) if html else None
+    report.update(original=str(original_path), masked=str(masked_path), report=str(report_path), html=page)
+    if page is not None:
+        from .report import write_html
+
+        write_html(page, report, report.get("summary"))
     write_report(report_path, report)
     return report

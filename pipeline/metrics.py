@@ -134,7 +134,8 @@ def moments(X, Xm):
 
 def combine_moments(a, b):
     """The :func:`moments` of the union of two disjoint chunks (pairwise update for means and
-    co-moments: ``C = Ca + Cb + (nb na / n) delta delta^T`` with ``delta = mean_b - mean_a``)."""
+    co-moments: ``C = Ca + Cb + (nb na / n) delta delta^T`` with ``delta = mean_b - mean_a``). Of the
+    sums, those both chunks have (the release's pieces carry only ``sq_diff``)."""
     if a["n"] == 0:
         return {key: np.copy(v) if isinstance(v, np.ndarray) else v for key, v in b.items()}
     if b["n"] == 0:
@@ -148,7 +149,8 @@ def combine_moments(a, b):
         out[f"comoment_{which}"] = (a[f"comoment_{which}"] + b[f"comoment_{which}"]
                                     + np.outer(delta, delta) * (na * nb / n))
     for key in ("abs_diff", "sq_diff", "rel_diff", "zero_x"):
-        out[key] = a[key] + b[key]
+        if key in a and key in b:
+            out[key] = a[key] + b[key]
     return out
 
 

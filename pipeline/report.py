@@ -43,10 +43,16 @@ data, not as part of the release.
 
 Two drivers (STYLE.md practice 4): :func:`summary_data` is the in-memory driver. A distributed driver
 builds the same dict from partitions with the same pieces: (1) the global per-column minimum and
-maximum of both files (``dd.DataFrame.min``/``max``, one pass) -> :func:`histogram_edges`; (2) per
-partition, :func:`histogram_counts` with those edges (counts add exactly across partitions) and
-:func:`microagg.pipeline.metrics.moments` (merged with ``metrics.combine_moments``); (3) the class
-sizes, ``groupby(qi).size().value_counts()`` (or the release's group sizes); (4) :func:`summary_from`.
+maximum of both files -> :func:`histogram_edges`; (2) per partition, :func:`bin_counts` with those
+edges (the kernel ``kernels/histogram.py``, as :func:`histogram_counts`: counts add exactly across
+partitions) and :func:`microagg.pipeline.metrics.moments` (merged with ``metrics.combine_moments``);
+(3) the class sizes, ``groupby(qi).size().value_counts()`` (or the release's group sizes); (4)
+:func:`summary_from`. ``microagg evaluate`` (:mod:`microagg.pipeline.evaluate`) does exactly this
+from its statistics pass and aligned pieces. ``microagg anonymize`` (:mod:`microagg.pipeline.release`)
+cannot see the masked values before its block tasks count them: its edges span the *original*'s
+range (its statistics pass), and a masked value outside it is counted in an end bin; its pieces are
+the released pieces, its sizes those of the groups. Both keep the dict in the JSON report
+(``summary``), so ``render_html(report, report["summary"])`` draws the page from the JSON alone.
 """
 
 import base64
@@ -63,6 +69,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, MaxNLocator
 
+from ..kernels import histogram
 from . import metrics
 from .errors import InputError
 from .validation import as_float_matrix
@@ -84,8 +91,10 @@ _RISK_ROWS = 40  # DLD subsets listed (the riskiest); 9 attributes make 511 subs
 
 def histogram_edges(lo, hi, bins=BINS):
     """``(d, bins + 1)`` bin edges shared by the original and the masked column: ``bins`` equal bins
-    from ``lo[j]`` to ``hi[j]`` (the global minimum and maximum of column ``j`` over *both* files,
-    non-finite values ignored). A constant column gets ``[v - 0.5, v + 0.5]``; a column without any
+    from ``lo[j]`` to ``hi[j]`` (the minimum and maximum of column ``j``, non-finite values ignored),
+    both rounded outward to a multiple of a tenth of the range's order of magnitude (0..1,234,567 ->
+    0..1,300,000): the page does not print a record's exact extreme value (the largest income, say),
+    only the bin it falls in. A constant column gets ``[v - 0.5, v + 0.5]``; a column without any
     finite value ``[-0.5, 0.5]``."""
     lo = np.atleast_1d(np.asarray(lo, dtype=np.float64))
     hi = np.atleast_1d(np.asarray(hi, dtype=np.float64))
@@ -100,27 +109,48 @@ def histogram_edges(lo, hi, bins=BINS):
             a, b = 0.0, 0.0
         if b <= a:
             a, b = a - 0.5, a + 0.5
+        else:
+            step = 10.0 ** (math.floor(math.log10(b - a)) - 1)
+            a, b = math.floor(a / step) * step, math.ceil(b / step) * step
         edges[j] = np.linspace(a, b, bins + 1)
     return edges
 
 
+def bin_counts(A, edges, weight=None):
+    """Per column ``j`` of ``A`` (``(n, d)``), the counts of its values in the bins of ``edges[j]``
+    (:func:`histogram_edges`): ``(d, bins)`` int64, row ``i`` counted ``weight[i]`` times (default
+    once; a released group's tuple is counted as often as the group has rows). A value's bin depends
+    on the value and the edges alone (``edges[j, b] <= v < edges[j, b + 1]``, the last bin closed, as
+    ``np.histogram`` with these edges), so the counts of disjoint chunks add up exactly. Missing
+    (non-finite) values are not counted. A value outside the edges is counted in the first or the
+    last bin: the release pipeline takes its edges from the original's range before the masked
+    values exist, and a noisy masked value (``--noise laplace``) or a Mic1D-k value (normalized
+    across the columns) may fall outside it; mean, median and trimmed aggregates of a group stay
+    inside the range of its values (up to a rounding of the mean)."""
+    A = as_float_matrix(A)
+    edges = np.ascontiguousarray(edges, dtype=np.float64)
+    if edges.ndim != 2 or edges.shape[0] != A.shape[1] or edges.shape[1] < 2:
+        raise InputError(f"{A.shape[1]} columns for edges of shape {edges.shape}")
+    if weight is None:
+        weight = np.ones(A.shape[0], dtype=np.int64)
+    weight = np.ascontiguousarray(weight, dtype=np.int64)
+    if weight.shape != (A.shape[0],):
+        raise InputError(f"{weight.shape[0]} weights for {A.shape[0]} rows")
+    return histogram.bin_counts(A, edges, weight)
+
+
 def histogram_counts(X, Xm, edges):
     """Per column, the counts of the original ``X`` and the masked ``Xm`` values (one chunk of rows)
-    in the bins of ``edges`` (:func:`histogram_edges`): two ``(d, bins)`` int64 arrays. Each value's
-    bin depends on the value alone (``np.histogram``, last bin closed), so the counts of disjoint
-    chunks add up to those of the whole column. Missing values are not counted."""
+    in the bins of ``edges`` (:func:`histogram_edges`): two ``(d, bins)`` int64 arrays, by
+    :func:`bin_counts` (the same bins as the release and evaluation pipelines count). Missing
+    values are not counted."""
     X = as_float_matrix(X)
     Xm = as_float_matrix(Xm)
     edges = np.asarray(edges, dtype=np.float64)
-    d, bins = edges.shape[0], edges.shape[1] - 1
+    d = edges.shape[0]
     if X.shape[1] != d or Xm.shape[1] != d:
         raise InputError(f"{X.shape[1]} and {Xm.shape[1]} columns for {d} rows of edges")
-    counts = np.zeros((2, d, bins), dtype=np.int64)
-    for which, A in enumerate((X, Xm)):
-        for j in range(d):
-            column = A[:, j]
-            counts[which, j] = np.histogram(column[np.isfinite(column)], bins=edges[j])[0]
-    return counts[0], counts[1]
+    return bin_counts(X, edges), bin_counts(Xm, edges)
 
 
 def summary_from(names, moments, edges, counts_original, counts_masked, size_histogram, size_source="classes",
@@ -431,6 +461,16 @@ def _png(fig):
     return buffer.getvalue()
 
 
+def _drawn(figures, name, draw):
+    """The PNG of figure ``name``: taken from ``figures`` if drawn before (see :func:`render_html`),
+    else ``draw()``'s, kept there."""
+    if figures is None:
+        return _png(draw())
+    if name not in figures:
+        figures[name] = _png(draw())
+    return figures[name]
+
+
 def _img(png, alt, cls="plot"):
     width = int.from_bytes(png[16:20], "big")  # the IHDR chunk
     height = int.from_bytes(png[20:24], "big")
@@ -638,7 +678,7 @@ def _size_histogram(report, data):
     return None
 
 
-def _group_section(report, data, m):
+def _group_section(report, data, m, figures=None):
     found = _size_histogram(report, data)
     if found is None:
         smallest, largest, groups = (_get(report, key) for key in ("min_group_size", "max_group_size", "groups"))
@@ -649,7 +689,7 @@ def _group_section(report, data, m):
     if source != "groups":
         note = ("equivalence classes of the released quasi-identifier tuples (records sharing one released tuple)"
                 + (f"; {note}" if note else ""))
-    png = _png(_fig_group_sizes(sizes, counts, m["k"], source))
+    png = _drawn(figures, "groups", lambda: _fig_group_sizes(sizes, counts, m["k"], source))
     return _section("groups", "Group sizes", _img(png, "histogram of group sizes"), note)
 
 
@@ -660,7 +700,7 @@ def _names(report, data):
     return [str(n) for n in names] if isinstance(names, list) else []
 
 
-def _distribution_section(data):
+def _distribution_section(data, figures=None):
     hist = _get(data, "histograms") if data else None
     names = _get(data, "quasi_identifiers") if data else None
     if not (isinstance(hist, dict) and names and hist.get("edges")):
@@ -669,7 +709,8 @@ def _distribution_section(data):
     note = "shared bin edges per quasi-identifier; grey: original, orange line: masked"
     if data.get("rows_used") and data.get("rows") and data["rows_used"] < data["rows"]:
         note += f"; {_fmt(data['rows_used'])} of {_fmt(data['rows'])} rows, evenly spaced"
-    png = _png(_fig_distributions([str(n) for n in names], hist["edges"], hist["original"], hist["masked"]))
+    png = _drawn(figures, "distributions",
+                 lambda: _fig_distributions([str(n) for n in names], hist["edges"], hist["original"], hist["masked"]))
     return _section("distributions", "Original vs masked distributions",
                     _img(png, "histograms of every quasi-identifier, original and masked"), note)
 
@@ -685,7 +726,7 @@ def _correlation_from_report(report, d):
     return metrics._correlation(V)
 
 
-def _correlation_section(report, data):
+def _correlation_section(report, data, figures=None):
     names = _names(report, data)
     corr = _get(data, "correlation") if data else None
     R = Rm = None
@@ -699,11 +740,11 @@ def _correlation_section(report, data):
     if R is None or R.shape != (len(names), len(names)) or (Rm is not None and Rm.shape != R.shape):
         return _section("correlations", "Correlations",
                         _missing("not computed (needs the data or the report's covariance)"))
-    png = _png(_fig_correlations(names, R, Rm))
+    png = _drawn(figures, "correlations", lambda: _fig_correlations(names, R, Rm))
     return _section("correlations", "Correlations", _img(png, "correlation matrices, original and masked"), note)
 
 
-def _il_section(data):
+def _il_section(data, figures=None):
     names = _get(data, "quasi_identifiers") if data else None
     il = _get(data, "il_per_attribute") if data else None
     if not (names and isinstance(il, dict) and il.get("share") and len(il["share"]) == len(names)):
@@ -711,7 +752,7 @@ def _il_section(data):
                         _missing("not computed (needs the original and masked data: summary_data)"))
     share = [float(v) for v in il["share"]]
     per = [float(v) for v in il.get("il", [0.0] * len(share))]
-    png = _png(_fig_il([str(n) for n in names], share, per))
+    png = _drawn(figures, "il", lambda: _fig_il([str(n) for n in names], share, per))
     note = ("each quasi-identifier's part of the SSE of the z-scores (the release's IL = 100 SSE / SST "
             f"= {_pct(_number(il.get('total_il')))}); in brackets its own 100 SSE_j / SST_j")
     return _section("il", "Information loss per attribute", _img(png, "share of the SSE per attribute"), note)
@@ -915,7 +956,7 @@ footer{margin-top:32px;color:#777;font-size:12px}
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 
-def render_html(report, data=None):
+def render_html(report, data=None, figures=None):
     """One self-contained HTML page of ``report`` (and of ``data``, :func:`summary_data`'s dict).
 
     Parameters
@@ -924,6 +965,11 @@ def render_html(report, data=None):
         missing (see the module docstring for the keys read)
     data : dict or None, the summary of the original and masked data; without it the plots that need
         the data say "not computed"
+    figures : dict or None, the PNGs of the figures that depend only on ``data`` and ``k`` (group
+        sizes, distributions, correlations, IL per attribute): used where present, filled in where
+        not. A first call with an incomplete report (before the write stage's timings are known, say)
+        draws them; a second call with the complete report and the same ``data`` reuses them and
+        gives the same page as one call would.
 
     Returns
     -------
@@ -954,10 +1000,10 @@ def render_html(report, data=None):
     with style.context("default"):  # matplotlib's defaults, whatever the user's matplotlibrc says
         sections = [
             ("measures", "measures", _measures_section(report, m)),
-            ("groups", "group sizes", _group_section(report, data, m)),
-            ("distributions", "distributions", _distribution_section(data)),
-            ("correlations", "correlations", _correlation_section(report, data)),
-            ("il", "IL per attribute", _il_section(data)),
+            ("groups", "group sizes", _group_section(report, data, m, figures)),
+            ("distributions", "distributions", _distribution_section(data, figures)),
+            ("correlations", "correlations", _correlation_section(report, data, figures)),
+            ("il", "IL per attribute", _il_section(data, figures)),
             ("changes", "statistics changes", _changes_section(report)),
             ("risk", "risk", _risk_section(report, names)),
             ("blocks", "attribute blocks", _blocks_section(report)),
@@ -983,11 +1029,11 @@ def render_html(report, data=None):
     )
 
 
-def write_html(path, report, data=None):
+def write_html(path, report, data=None, figures=None):
     """Write :func:`render_html` of ``report`` and ``data`` to the local file ``path`` atomically: a
     temporary file in the same directory (created exclusively, mode ``0666`` less the umask),
     flushed to disk, then renamed over ``path``; a failure leaves no partial file. Returns ``path``."""
-    text = render_html(report, data).encode("utf-8")
+    text = render_html(report, data, figures).encode("utf-8")
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")

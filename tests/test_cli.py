@@ -121,8 +121,10 @@ def test_report_path_and_rerun_replaces_release(tmp_path, extract):
         assert str(report) in proc.stdout
         assert json.loads(report.read_text())["k"] == k
         assert_k_anonymous(pd.read_parquet(out), QI, k)
-    assert not (out / "_report.json").exists()
+    assert not (out / "_report.json").exists() and not (out / "_report.html").exists()
     assert sorted(os.listdir(tmp_path)) == ["elsewhere", "release"]
+    assert sorted(os.listdir(report.parent)) == ["report.html", "report.json"]  # the page beside the report
+    assert json.loads(report.read_text())["html"] == str(report.with_suffix(".html"))
 
 
 def test_methods_lists_methods_with_papers():

@@ -2,6 +2,7 @@
 pipeline/metrics.py, on the census file and its MDAV release, and the command as a user runs it."""
 
 import json
+import re
 
 import dask
 import dask.dataframe as dd
@@ -12,7 +13,7 @@ import pytest
 import microagg
 from conftest import CENSUS_CSV, PUBLISHED_MDAV_IL, microagg_cli
 from microagg.pipeline import evaluate as ev
-from microagg.pipeline import io, metrics
+from microagg.pipeline import io, metrics, report as page
 from microagg.pipeline.errors import InputError
 
 QI = ["AFNLWGT", "AGI", "EMCONTRB", "FEDTAX", "PTOTVAL", "STATETAX", "TAXINC", "POTHVAL", "INTVAL", "PEARNVAL",
@@ -76,6 +77,7 @@ def test_distributed_dld_equals_metrics_dld_exactly(make, seed):
     original, masked = _frames(pd.DataFrame(X, columns=names), pd.DataFrame(Xm, columns=names), 3, 4)
     known = [names[:2], [names[-1]]]
     report = ev.evaluate(original, masked, names, known=known, block_rows=60, piece_rows=111, seed=seed)
+    _assert_summary_is_summary_data(report, X, Xm, names)
     scenarios = report["disclosure_risk"]["scenarios"]
     assert [s["columns"] for s in scenarios] == [names, names[:2], [names[-1]]]
     for scenario, cols in zip(scenarios, [None, [0, 1], [d - 1]]):
@@ -91,6 +93,19 @@ def test_distributed_dld_equals_metrics_dld_exactly(make, seed):
     for got, want in zip(links, expected):
         np.testing.assert_array_equal(got, want)
     assert partition.n_blocks > 4
+
+
+def _assert_summary_is_summary_data(report, X, Xm, names):
+    """The page's data summary, merged from the aligned pieces (several, across both files' partitions),
+    is report.summary_data of the two files: histograms and class sizes exactly."""
+    expected = page.summary_data(X, Xm, names)
+    got = report["summary"]
+    assert report["pieces"] > 3
+    for key in ("format", "quasi_identifiers", "rows", "rows_used", "complete_rows", "histograms", "group_sizes"):
+        assert got[key] == expected[key], key
+    for key in ("correlation", "il_per_attribute"):
+        for part in expected[key]:
+            np.testing.assert_allclose(got[key][part], expected[key][part], rtol=1e-9, atol=1e-12)
 
 
 def test_linkage_blocks_partition_every_record_once():
@@ -183,7 +198,7 @@ def test_bad_options_from_metadata(census_release):
 
 def _comparable(report):
     report = dict(report)
-    for key in ("timings", "report", "version"):
+    for key in ("timings", "report", "html", "version"):
         report.pop(key)
     for scenario in report["disclosure_risk"]["scenarios"]:
         scenario["linkage"].pop("seconds")
@@ -199,6 +214,11 @@ def test_cli_local_cluster_and_synchronous_agree(tmp_path, census_release):
                             "--known", "TAXINC", "--report", path, "--block-rows", 300, *flags, check=True)
         assert "DLD" in proc.stdout and str(path) in proc.stdout
         reports.append(json.loads(path.read_text()))
+        assert reports[-1]["html"] == str(path.with_suffix(".html")) and str(path.with_suffix(".html")) in proc.stdout
+        html = path.with_suffix(".html").read_text()  # beside the JSON: the page with its plots
+        assert html.count('<img class="plot" src="data:image/png;base64,') == 5
+        verdict = re.search(r'<p id="verdict" class="ok">([^<]*)</p>', html).group(1)
+        assert verdict.startswith("k = 3 reached (smallest class 3) \u00b7 IL 5.69 % \u00b7 DLD ")
     assert _comparable(reports[0]) == _comparable(reports[1])
     report = reports[0]
     assert round(report["information_loss"]["il"], 3) == PUBLISHED_MDAV_IL[("census", 3)]
@@ -214,7 +234,7 @@ def _bad(tmp_path, original, masked, *flags, qi=QI):
     proc = microagg_cli("evaluate", original, masked, "--qi", ",".join(qi), "--scheduler", "synchronous",
                         "--report", tmp_path / "report.json", *flags)
     assert proc.returncode == 2, proc.stderr
-    assert not (tmp_path / "report.json").exists()
+    assert not (tmp_path / "report.json").exists() and not (tmp_path / "report.html").exists()
     return proc.stderr
 
 
@@ -256,3 +276,20 @@ def test_cli_refuses_non_finite_values(tmp_path, census_release):
     stderr = _bad(tmp_path, original, path)
     assert "masked file, column 'AGI': 3 row(s) with a missing (NaN) value" in stderr
     assert "masked file, column 'FICA': 2 row(s) with an infinite value" in stderr
+
+
+def test_run_writes_the_json_and_the_page_where_told(tmp_path):
+    X, Xm = _tie_data(7, n=300)
+    names = ["a", "b", "c"]
+    paths = [tmp_path / "original.csv", tmp_path / "masked.csv"]
+    for A, path in zip((X, Xm), paths):
+        pd.DataFrame(A, columns=names).to_csv(path, index=False)
+    with pytest.raises(InputError, match="ends with .html"):
+        ev.run(*paths, names, tmp_path / "report.html")  # the page would overwrite the JSON
+    report = ev.run(*paths, names, tmp_path / "report.json")
+    assert report["html"] == str(tmp_path / "report.html")
+    assert json.loads((tmp_path / "report.json").read_text())["summary"] == report["summary"]
+    assert (tmp_path / "report.html").read_text() == page.render_html(report, report["summary"])
+    ev.run(*paths, names, tmp_path / "plain.json", html=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["masked.csv", "original.csv", "plain.json", "report.html",
+                                                          "report.json"]  # nothing left aside

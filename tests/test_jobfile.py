@@ -186,8 +186,16 @@ id_percent = 5
     assert [s["columns"] for s in evaluation["disclosure_risk"]["scenarios"]] == [QI, ["AGI", "FICA"], ["TAXINC"]]
     assert evaluation["disclosure_risk"]["id_percent"] == 5
     assert evaluation["checks"]["k_anonymity"]["passed"] is True
-    assert (release / "_report.html").read_text().startswith("<!DOCTYPE html>")
     assert "evaluation:" in out and "DLD" in out
+    # the page with the release's data plots and the evaluation's measures, in the release (html = true)
+    # and beside the JSON report (where the release wrote it first)
+    pages = [release / "_report.html", jobs / "reports" / "evaluated-2026-03-08.html"]
+    assert pages[0].read_text() == pages[1].read_text()
+    page = pages[0].read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.count('<img class="plot" src="data:image/png;base64,') == 5
+    dld = evaluation["disclosure_risk"]["dld"]
+    assert f"k = 4 reached (smallest group 4) \u00b7 IL {report['information_loss']:.2f} % \u00b7 DLD {dld:.2f} %" in page
+    assert report["summary"]["quasi_identifiers"] == QI and "summary" in evaluation
 
 
 def test_default_date_is_today_in_utc(workspace):

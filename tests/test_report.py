@@ -1,9 +1,11 @@
-"""The HTML report (pipeline/report.py): the data summary, the page's content, escaping, determinism,
+"""The HTML report (pipeline/report.py): the data summary (in memory and from the release pipeline's
+pieces), the page's content, escaping, determinism, the pages `microagg anonymize` writes (or does not),
 and the page in a real headless browser (Debian's Chromium; skipped when it is not installed)."""
 
 import base64
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -11,13 +13,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dask
 import matplotlib.image
 import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import CENSUS_CSV, microagg_cli
-from microagg.pipeline import metrics, report
+from synthetic import extract
+from microagg.jobs import cli
+from microagg.pipeline import methods, metrics, release, report
 
 EVIL = "<script>alert(1)</script>"
 PLOTS = ("histogram of group sizes", "histograms of every quasi-identifier, original and masked",
@@ -27,10 +32,17 @@ IMG = re.compile(r'<img class="plot" src="data:image/png;base64,([A-Za-z0-9+/=]+
 
 
 @pytest.fixture(scope="module")
-def census_release(tmp_path_factory):
-    """``(report, original, masked)`` of ``microagg anonymize example:census --k 5``."""
+def census_out(tmp_path_factory):
+    """The release directory of ``microagg anonymize example:census --k 5``."""
     out = tmp_path_factory.mktemp("release") / "census"
     microagg_cli("anonymize", "example:census", out, "--k", 5, "--scheduler", "synchronous", check=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def census_release(census_out):
+    """``(report, original, masked)`` of ``microagg anonymize example:census --k 5``."""
+    out = census_out
     return json.loads((out / "_report.json").read_text()), pd.read_csv(CENSUS_CSV), pd.read_parquet(out)
 
 
@@ -137,6 +149,95 @@ def test_summary_data_subsample_groups_and_missing():
     assert data["complete_rows"] == 999 and [sum(c) for c in data["histograms"]["original"]] == [1000, 999]
 
 
+def _on_the_edges(seed=3, n=600, d=3):
+    """``(original, masked)``: skewed columns of very different scales, a third of the values of
+    each file exactly on their summary's bin edges and a third one ulp beside an edge."""
+    rng = np.random.default_rng(seed)
+    X = rng.lognormal(0.0, 1.0, size=(n, d)) * [1.0, 1e-3, 1e5] + [0.0, 7.0, 3e6]
+    edges = report.histogram_edges(X.min(axis=0), X.max(axis=0))
+    files = []
+    for which in range(2):
+        A = X.copy() if which == 0 else np.repeat(X.reshape(n // 3, 3, d).mean(axis=1), 3, axis=0)
+        on = edges[np.arange(d), rng.integers(0, edges.shape[1], size=(n, d))]  # on[i, j]: an edge of column j
+        beside = np.clip(np.nextafter(on, rng.choice([-np.inf, np.inf], size=(n, d))), edges[:, 0], edges[:, -1])
+        part = rng.integers(0, 3, size=(n, d))
+        files.append(np.where(part == 0, on, np.where(part == 1, beside, A)))
+    return files
+
+
+def test_bins_on_the_edges_are_the_same_in_memory_and_by_pieces():
+    """A value's bin is decided by the edges alone: summary_data (in memory), the counts of the pieces
+    a release or an evaluation sums (report.bin_counts, the kernel) and np.histogram agree exactly,
+    values on the edges and one ulp beside them included."""
+    X, Xm = _on_the_edges()
+    data = report.summary_data(X, Xm, ["a", "b", "c"])
+    edges = np.asarray(data["histograms"]["edges"])
+    assert (edges[:, 0] == np.minimum(X.min(0), Xm.min(0))).all()  # the edges _on_the_edges used
+    assert np.isin(X, edges).sum() > 100 and np.isin(Xm, edges).sum() > 100
+    for which, A in (("original", X), ("masked", Xm)):
+        pieces = sum(report.bin_counts(A[rows], edges) for rows in np.array_split(np.arange(len(A)), 7))
+        numpy = [np.histogram(A[:, j], bins=edges[j])[0].tolist() for j in range(3)]
+        assert pieces.tolist() == data["histograms"][which] == numpy, which
+
+
+def test_bin_counts_of_values_outside_the_edges_weights_and_missing_values():
+    edges = np.array([[0.0, 0.5, 1.0]])
+    values = np.array([[-10.0], [0.0], [0.5], [1.0], [10.0], [np.nan], [np.inf]])
+    assert report.bin_counts(values, edges).tolist() == [[2, 3]]  # outside: the end bins; non-finite: not counted
+    assert report.bin_counts(values[:5], edges, [1, 2, 3, 4, 5]).tolist() == [[3, 12]]
+
+
+@pytest.fixture(scope="module")
+def blocked_input(tmp_path_factory):
+    """6000 synthetic records in three Parquet files (three input partitions)."""
+    df = extract(6000, d=4, seed=5)
+    root = tmp_path_factory.mktemp("blocked") / "input"
+    root.mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(len(df)), 3)):
+        df.iloc[rows].to_parquet(root / f"part-{i}.parquet", index=False)
+    return root, df
+
+
+@pytest.mark.parametrize("method", ["mdav", "univariate", "mic1d"])
+def test_release_summary_equals_summary_data(tmp_path, blocked_input, method):
+    """The release pipeline's data summary, merged from what its block tasks hold (three partitions,
+    many blocks, tasks and split planes; univariate and Mic1D-k: column by column, the masked
+    correlations from the real-anonymity pass), is summary_data of the input and the written release."""
+    source, df = blocked_input
+    qi = [c for c in df.columns if c.startswith("q")]
+    options = release.ReleaseOptions(k=3, method=method, quasi_identifiers=tuple(qi), block_size=300,
+                                     blocks_per_task=2)
+    with dask.config.set(scheduler="synchronous"):
+        rep = release.run(source, tmp_path / "out", options, html=False)
+    assert rep["html"] is None and not (tmp_path / "out" / "_report.html").exists()
+    masked = pd.read_parquet(tmp_path / "out")
+    X, Xm = df[qi].to_numpy(), masked[qi].to_numpy()
+    got = rep["summary"]
+    edges = np.asarray(got["histograms"]["edges"])
+    np.testing.assert_array_equal(edges, report.histogram_edges(X.min(axis=0), X.max(axis=0)))  # the original's
+    assert got["histograms"]["original"] == report.bin_counts(X, edges).tolist()
+    assert got["histograms"]["masked"] == report.bin_counts(Xm, edges).tolist()  # outside values: end bins
+    inside = ((Xm >= X.min(axis=0)) & (Xm <= X.max(axis=0))).all()
+    assert inside == (method != "mic1d")  # Mic1D-k's values, normalized across columns, may leave the range
+    if method == "mdav":
+        assert rep["blocks"] > 10 and rep["tasks"] > 5 and rep["upper_planes"] > 0
+        sizes = masked.groupby(qi).size()  # a group's tuple is its own
+    elif method == "univariate":
+        sizes = np.concatenate([masked[c].value_counts().to_numpy() for c in qi])  # every column's groups
+    else:
+        sizes = []  # Mic1D-k's runs are of values, not records: no group sizes
+    expected = report.summary_data(df, masked, qi, group_sizes=sizes)
+    if inside:  # summary_data's edges span both files
+        assert got["histograms"] == expected["histograms"]
+    assert got["group_sizes"] == expected["group_sizes"] and bool(got["group_sizes"]["sizes"]) == (method != "mic1d")
+    for key in ("format", "quasi_identifiers", "rows", "rows_used", "complete_rows"):
+        assert got[key] == expected[key], key
+    for key in ("correlation", "il_per_attribute"):
+        for part in expected[key]:
+            np.testing.assert_allclose(got[key][part], expected[key][part], rtol=1e-9, atol=1e-12)
+    assert got["il_per_attribute"]["total_il"] == pytest.approx(rep["information_loss"], rel=1e-9)
+
+
 # --- the page ----------------------------------------------------------------------------------------
 
 
@@ -155,7 +256,7 @@ def test_census_page_has_every_plot_and_the_verdict(census_page):
     for name in rep["quasi_identifiers"]:  # the original's statistics table
         assert f"<td>{name}</td>" in page
     assert "<td>validate</td>" not in page  # timings are a plot, the options a table
-    assert "<td>block_size</td><td>5000</td>" in page
+    assert f"<td>block_size</td><td>{rep['options']['block_size']}</td>" in page
     # self-contained: nothing loaded from elsewhere, no script
     assert not re.search(r"(src|href)=\"(?!data:|#)", page)
     assert "<script" not in page and "url(" not in page
@@ -170,6 +271,17 @@ def test_render_is_deterministic_and_written_atomically(census_page, tmp_path):
     assert report.write_html(target, rep, data) == str(target)
     assert target.read_bytes() == page.encode("utf-8")
     assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary file left
+
+
+def test_figures_drawn_before_the_timings_are_known_give_the_same_page(census_page):
+    """The release draws the data figures while the workers write, then the page with the final
+    timings: the same bytes as one render of the final report."""
+    rep, data, page = census_page
+    early = {key: value for key, value in rep.items() if key != "timings"}
+    figures = {}
+    report.render_html(early, data, figures)
+    assert set(figures) == {"groups", "distributions", "correlations", "il"}
+    assert report.render_html(rep, data, figures) == page
 
 
 def test_same_bytes_in_another_process_with_a_hostile_matplotlibrc(tmp_path):
@@ -252,6 +364,88 @@ def test_dld_per_subset_mapping():
         "<td>B</td><td>1</td><td>undefined</td><td>not computed</td>"]
 
 
+# --- the pages `microagg anonymize` writes -----------------------------------------------------------
+
+
+def test_anonymize_writes_the_page_into_the_release(census_out):
+    rep = json.loads((census_out / "_report.json").read_text())
+    assert sorted(p.name for p in census_out.iterdir() if p.name.startswith("_")) == [
+        "_SUCCESS", "_report.html", "_report.json"]
+    assert rep["html"] == str(census_out / "_report.html")
+    page = (census_out / "_report.html").read_text()
+    assert [alt for *_, alt in IMG.findall(page)] == list(PLOTS)  # every plot, embedded
+    verdict = re.search(r'<p id="verdict" class="ok">([^<]*)</p>', page).group(1)
+    assert verdict.startswith("k = 5 reached (smallest group 5) \u00b7 IL 9.09 % \u00b7 DLD not computed")
+    assert "<td>AGI</td>" in page and not re.search(r"(src|href)=\"(?!data:|#)", page)
+    # the JSON alone renders the page again: the same verdict and data plots (the JSON's keys are sorted,
+    # so its timings come in another order, and it has the page's own rendering time)
+    again = report.render_html(rep, rep["summary"])
+    assert IMG.findall(again)[:4] == IMG.findall(page)[:4] and verdict in again
+    # its data: summary_data of the input and the release, with the sizes of the release's groups
+    original, masked, qi = pd.read_csv(CENSUS_CSV), pd.read_parquet(census_out), rep["quasi_identifiers"]
+    expected = report.summary_data(original, masked, qi, group_sizes=masked.groupby(qi).size())
+    assert rep["summary"]["histograms"] == expected["histograms"]
+    assert rep["summary"]["group_sizes"] == expected["group_sizes"] == {"sizes": [5], "counts": [216],
+                                                                        "source": "groups"}
+    for key in ("correlation", "il_per_attribute"):
+        for part in expected[key]:
+            np.testing.assert_allclose(rep["summary"][key][part], expected[key][part], rtol=1e-9, atol=1e-12)
+
+
+@pytest.fixture()
+def run_cli(capsys):
+    """``microagg ...`` in this process: ``(exit code, stdout, stderr)``."""
+    from microagg.jobs import logs
+
+    def run(*args):
+        code = cli.main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    yield run
+    logs.setup("text", logging.WARNING)  # main installs its log handler on the root logger
+
+
+def _files(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_no_html_and_a_page_beside_the_report(tmp_path, run_cli):
+    code, out, err = run_cli("anonymize", CENSUS_CSV, tmp_path / "plain", "--k", 4, "--no-html",
+                             "--scheduler", "synchronous")
+    assert code == 0, err
+    assert not (tmp_path / "plain" / "_report.html").exists() and ".html" not in out
+    rep = json.loads((tmp_path / "plain" / "_report.json").read_text())
+    assert rep["html"] is None and rep["summary"]["group_sizes"]["sizes"][0] == 4  # the page can still be made
+    code, out, err = run_cli("anonymize", CENSUS_CSV, tmp_path / "out", "--k", 4, "--report", tmp_path / "r.json",
+                             "--scheduler", "synchronous")
+    assert code == 0, err
+    assert f"report: {tmp_path / 'r.json'}, {tmp_path / 'r.html'}" in out
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    assert not (tmp_path / "out" / "_report.html").exists()
+
+
+def test_no_page_anywhere_after_bad_input_or_a_failed_gate(tmp_path, run_cli, monkeypatch):
+    def broken(Z, k):  # valid-looking labels, but the last record is alone
+        labels = np.arange(len(Z), dtype=np.int64) // k
+        labels[-1] = labels.max() + 1
+        return labels
+
+    monkeypatch.setitem(methods.METHODS, "broken", methods.Method("broken", "", "test hook", broken))
+    source = tmp_path / "in.csv"
+    pd.read_csv(CENSUS_CSV).iloc[:200].to_csv(source, index=False)
+    for flags, code, message in ((["--method", "broken"], 3, "not 4-anonymous"),
+                                 (["--qi", "AGI,nope"], 2, "nope"),
+                                 (["--report", tmp_path / "r.html"], 2, "ends with .html")):
+        for report_flags in ([], ["--report", tmp_path / "r.json"]):
+            if "--report" in flags and report_flags:
+                continue
+            got, _, err = run_cli("anonymize", source, tmp_path / "out", "--k", 4, *flags, *report_flags,
+                                  "--scheduler", "synchronous")
+            assert got == code and message in err, err
+            assert _files(tmp_path) == ["in.csv"]  # no release, no report, no page
+
+
 # --- a real browser ----------------------------------------------------------------------------------
 
 
@@ -277,10 +471,9 @@ def test_browser_reports_console_errors(tmp_path):
     assert any("Content Security Policy" in line for line in console), console
 
 
-def test_page_in_a_real_browser(census_page, tmp_path):
-    rep, data, _ = census_page
-    page = tmp_path / "report.html"
-    report.write_html(page, rep, data)
+def test_page_in_a_real_browser(census_out, tmp_path):
+    """The page `microagg anonymize` wrote into the release."""
+    page = census_out / "_report.html"
     dom, console = chromium(page.as_uri(), tmp_path, "--dump-dom")
     assert console == []
     assert len(re.findall(r'<img class="plot" src="data:image/png;base64,', dom)) == len(PLOTS)
