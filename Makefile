@@ -42,6 +42,9 @@ bench: $(DEVSTAMP)
 	$(BIN)/python tests/benchmarks/bench_pipeline.py modes --rows 10000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py methods --rows 1000000 --methods mdav,pcp,zscore,univariate
 	$(BIN)/python tests/benchmarks/bench_pipeline.py methods --rows 10000000 --methods pcp,univariate
+	$(BIN)/python tests/benchmarks/bench_pipeline.py sweep --rows 1000000,10000000,30000000
+	$(BIN)/python tests/benchmarks/bench_pipeline.py sweep --rows 1000000,10000000 --processes --memory-limit 1.5GiB
+	$(BIN)/python tests/benchmarks/project_workers.py --rows 1000000
 
 clean:
 	rm -rf $(VENV) demo-release .pytest_cache .hypothesis build *.egg-info

@@ -78,7 +78,10 @@ def read_input(path, blocksize="64MB"):
 # A release is written into a hidden sibling directory ``.NAME.microagg-tmp-HOST-PID-UUID`` and only
 # renamed to NAME once complete and checked. A previous release at NAME (recognised by its _SUCCESS
 # marker) is moved aside, replaced, then deleted. Temporary directories left by a killed job on this
-# host are removed by the next job writing the same output.
+# host are removed by the next job writing the same output: a job is dead if its PID is gone, a
+# zombie, or now a process that started after the directory last changed (a reused PID: a restarted
+# container's job is often PID 1 again). Directories of jobs on other hosts are left alone (their
+# PIDs cannot be checked from here).
 
 SUCCESS_MARKER = "_SUCCESS"
 
@@ -122,11 +125,10 @@ def _recover_stale(path, tag, host, output):
     if entry_host != host or kind not in ("tmp", "old"):
         return
     try:
-        os.kill(pid, 0)
-        return  # that job is still running
-    except ProcessLookupError:
-        pass
-    except PermissionError:
+        changed = os.stat(path).st_ctime  # a rename (moving a release aside) counts as a change
+    except OSError:
+        return  # gone meanwhile
+    if _job_running(pid, changed):
         return
     if kind == "old" and not os.path.exists(output):
         log.warning("restoring the previous release %s moved aside by a job that did not finish", output)
@@ -134,6 +136,40 @@ def _recover_stale(path, tag, host, output):
         return
     log.info("removing %s left by a job that did not finish", path)
     shutil.rmtree(path, ignore_errors=True)
+
+
+CLOCK_SLACK = 5.0
+"""Seconds by which a process may seem to have started after its own temporary directory last
+changed (the boot time in /proc is whole seconds; a clock step): such a process still counts as
+possibly that directory's job."""
+
+
+def _job_running(pid, changed):
+    """Whether process ``pid`` may be the job whose temporary directory last changed at ``changed``
+    (seconds since the epoch): the PID exists, is not a zombie and did not start after that."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: it exists
+    started = _process_start(pid)
+    if started is None:
+        return True  # no /proc: the PID is all there is to go by
+    state, start = started
+    return state != "Z" and start <= changed + CLOCK_SLACK
+
+
+def _process_start(pid):
+    """``(state, start time in seconds since the epoch)`` of a process, from Linux's /proc; or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        with open("/proc/stat") as fh:
+            boot = next(float(line.split()[1]) for line in fh if line.startswith("btime "))
+        return fields[0], boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def commit_output(tmp, output):

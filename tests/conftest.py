@@ -1,5 +1,7 @@
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -47,6 +49,33 @@ def cluster_address(scheduler_file, workers):
     with Client(address, timeout="30s") as client:
         client.wait_for_workers(workers, timeout=60)
     return address
+
+
+@contextmanager
+def dask_processes(root, workers=2, env=None):
+    """``dask scheduler`` and ``workers`` single-threaded ``dask worker`` processes (each under a nanny,
+    2 GiB) on 127.0.0.1, as subprocesses: yields the scheduler's address once every worker has joined,
+    stops them all on exit (bounded lifetime). ``env``: the workers' environment."""
+    bin_dir = Path(sys.executable).parent
+    info = Path(root) / "scheduler.json"
+    common = ["--no-dashboard"]
+    procs = [subprocess.Popen([str(bin_dir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--scheduler-file", str(info), *common],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 60
+        while not info.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the dask scheduler did not start within 60 s")
+            time.sleep(0.2)
+        for i in range(workers):
+            procs.append(subprocess.Popen(
+                [str(bin_dir / "dask"), "worker", "--scheduler-file", str(info), "--nthreads", "1", "--nworkers", "1",
+                 "--host", "127.0.0.1", "--name", f"w{i}", "--memory-limit", "2GiB", *common],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
+        yield cluster_address(info, workers=workers)
+    finally:
+        stop_processes(procs)
 
 
 def stop_processes(procs):

@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/benchmarks/bench_pipeline.py inprocess [--rows 100000]
     .venv/bin/python tests/benchmarks/bench_pipeline.py scale --rows 1000000 [--processes] [--workers N]
+    .venv/bin/python tests/benchmarks/bench_pipeline.py sweep --rows 1M,10M,30M [--processes --memory-limit 1.5GiB]
     .venv/bin/python tests/benchmarks/bench_pipeline.py methods --rows 1000000 [--methods mdav,vmdav,dbm,mhm,auto]
     .venv/bin/python tests/benchmarks/bench_pipeline.py modes --rows 1000000 [--modes plain,noise,where]
 
@@ -15,6 +16,14 @@ Parquet; the best of three runs) and then ``microagg anonymize`` end to end (the
 included), on the same synthetic extract (person_id, 13 QIs, region, flag: 16 columns), k=5. Prints
 seconds, rows per second, the ratio to the floor, the time per stage, peak RSS per worker and IL.
 
+``sweep``: ``scale`` at every size of ``--rows`` (a comma-separated list), in one run, as one Markdown
+table (BENCHMARKS.md's form): floor, microagg seconds, rows per second, ratio, stage seconds, peak RSS
+per worker, IL, and whether the job finished. A job that fails is reported, not fatal: with
+``--processes --memory-limit 1.5GiB`` this is the tight-memory check (each worker process's peak RSS is
+also sampled while the job runs, so a failed job has one too, and a worker process the nanny had to
+restart shows as an extra process). A size whose data, floor output, release and spill would not fit
+the free disk (with a margin) is skipped with the reason.
+
 ``modes``: the release modes of issue 5 (plain, Laplace noise, preference range, median and trimmed
 aggregates, strata, attribute blocks) end to end.
 
@@ -26,6 +35,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -212,11 +222,28 @@ def modes(args):
     _variants(args, [(m, MODES[m]) for m in args.modes.split(",")])
 
 
-def scale(args):
+def _floor(args, source, out, workers, threads):
+    """The floor: Dask alone on a LocalCluster of the job's shape reads ``source``, sorts it by one column
+    and writes Parquet, ``args.floor_runs`` times (each run's output removed before the next; a run
+    longer than ``args.timeout`` raises ``TimeoutError``). Returns the seconds of every run."""
     from distributed import Client, LocalCluster
 
     import dask.dataframe as dd
 
+    with LocalCluster(n_workers=workers, threads_per_worker=threads, dashboard_address=None,
+                      processes=args.processes, memory_limit=args.memory_limit) as cluster, Client(cluster) as client:
+        runs = []
+        for i in range(args.floor_runs):  # the floor is noisy on a small machine: keep its best run
+            t = time.perf_counter()
+            write = dd.read_parquet(str(source)).sort_values("q0").to_parquet(str(out / f"floor-{i}"),
+                                                                              write_index=False, compute=False)
+            client.compute(write).result(timeout=args.timeout)
+            runs.append(time.perf_counter() - t)
+            shutil.rmtree(out / f"floor-{i}", ignore_errors=True)
+    return runs
+
+
+def scale(args):
     root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
     t = time.perf_counter()
     source = make_extract(args.rows, root)
@@ -228,14 +255,8 @@ def scale(args):
     from microagg.jobs.cluster import local_shape
 
     workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
-    with LocalCluster(n_workers=workers, threads_per_worker=threads, dashboard_address=None,
-                      processes=args.processes, memory_limit=args.memory_limit) as cluster, Client(cluster):
-        runs = []
-        for i in range(args.floor_runs):  # the floor is noisy on a small machine: keep its best run
-            t = time.perf_counter()
-            dd.read_parquet(str(source)).sort_values("q0").to_parquet(str(out / f"floor-{i}"), write_index=False)
-            runs.append(time.perf_counter() - t)
-        floor = min(runs)
+    runs = _floor(args, source, out, workers, threads)
+    floor = min(runs)
     shape = f"{workers} worker {'process(es)' if args.processes else '(threads of one process)'} x {threads} thread(s)"
     print(f"floor (read, sort by one column, write; {shape}): {floor:.2f} s "
           f"(best of {args.floor_runs}: {', '.join(f'{r:.2f}' for r in runs)})")
@@ -249,14 +270,178 @@ def scale(args):
     shutil.rmtree(out, ignore_errors=True)
 
 
+BYTES_PER_ROW = 120
+"""Disk bytes per row of the extract (16 columns, snappy Parquet: 108 MiB per million rows, rounded
+up); the floor's output and the release are about as large."""
+
+
+class _PeakSampler:
+    """Peak RSS of each worker process of a running ``microagg`` (the CLI process itself when its
+    workers are threads), sampled every ``interval`` seconds: a job that fails still has one, and a
+    worker process restarted by its nanny counts as another process. Short spikes between two
+    samples are missed (a finished job's report has the exact peaks)."""
+
+    def __init__(self, pid, processes, interval=0.25):
+        import threading
+
+        import psutil  # a dependency of distributed
+
+        self._root = psutil.Process(pid)
+        self._processes = processes
+        self._interval = interval
+        self.peaks = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _workers(self):
+        if not self._processes:
+            return [self._root]
+        # LocalCluster's worker processes are multiprocessing "spawn" children (not its resource tracker)
+        return [c for c in self._root.children(recursive=True) if "spawn_main" in " ".join(c.cmdline())]
+
+    def _run(self):
+        import psutil
+
+        while not self._stop.wait(self._interval):
+            try:
+                for proc in self._workers():
+                    self.peaks[proc.pid] = max(self.peaks.get(proc.pid, 0), proc.memory_info().rss)
+            except psutil.Error:  # a process ended between listing and reading it
+                continue
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return self.peaks
+
+
+def _attempt(args, source, release, workers, threads):
+    """``microagg anonymize`` on ``source`` in a subprocess, tolerating failure: a dict with the seconds,
+    the exit code (``"timeout"`` past ``args.timeout``: the job's process group is killed), the report
+    (None if the job failed), the sampled peaks and the last error line. The release is removed."""
+    t = time.perf_counter()
+    cmd = [str(BIN / "microagg"), "anonymize", str(source), str(release), "--k", str(args.k),
+           "--identifiers", "person_id", "--qi", ",".join(QI), "--workers", str(workers),
+           "--threads-per-worker", str(threads), "--processes" if args.processes else "--no-processes",
+           "--memory-limit", args.memory_limit, "--refine", args.refine]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    sampler = _PeakSampler(proc.pid, args.processes)
+    try:
+        _, stderr = proc.communicate(timeout=args.timeout)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its worker processes too
+        _, stderr = proc.communicate()
+        code = "timeout"
+    seconds = time.perf_counter() - t
+    peaks = sampler.stop()
+    report = None
+    if code == 0:
+        report = json.loads((Path(release) / "_report.json").read_text())
+    shutil.rmtree(release, ignore_errors=True)
+    error = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
+    if code == "timeout":  # e.g. workers paused for good: Dask pauses a worker above 80% of its memory limit
+        error = f"no exit within {args.timeout:.0f} s, killed" + (f"; last: {error}" if error else "")
+    return {"seconds": seconds, "code": code, "report": report, "sampled": peaks, "error": error}
+
+
+STAGES = ("read", "validate", "statistics", "blocks", "gate", "real anonymity", "write")  # the pipeline's order
+
+
+def _disk_needed(rows, cached):
+    """Bytes a sweep size needs on the data disk: the extract unless cached, one floor output at a
+    time, the release, and as much again for Dask's spill files, plus 2 GiB."""
+    return rows * BYTES_PER_ROW * ((0 if cached else 1) + 1 + 1 + 2) + 2 * 2**30
+
+
+def _gib(values):
+    return ", ".join(f"{v / 2**30:.2f}" for v in values)
+
+
+def sweep(args):
+    """``scale`` at every size of ``--rows``: one Markdown table."""
+    from microagg.jobs.cluster import local_shape
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    root.mkdir(parents=True, exist_ok=True)
+    workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
+    shape = (f"{workers} worker {'process(es)' if args.processes else '(threads of one process)'} x {threads} "
+             f"thread(s), --memory-limit {args.memory_limit}")
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                            cwd=Path(__file__).parent).stdout.strip()
+    print(f"sweep: {', '.join(f'{r:,}' for r in args.sizes)} rows x 13 QIs, k={args.k}, default method and options; "
+          f"{shape}; {os.cpu_count()} cores; commit {commit or '?'}; data under {root}")
+    print(f"floor: Dask alone on the same cluster shape reads the extract, sorts it by one column and writes "
+          f"Parquet (best of {args.floor_runs}); microagg: the CLI end to end in a subprocess (cluster start "
+          f"included)\n")
+    rows_out = []
+    for rows in args.sizes:
+        cached = (root / f"extract-{rows}" / "_DONE").exists()
+        free, need = shutil.disk_usage(root).free, _disk_needed(rows, cached)
+        if free < need:
+            print(f"skipped {rows:,} rows: {need / 2**30:.1f} GiB needed on {root} "
+                  f"({'extract cached; ' if cached else ''}floor output, release, spill, 2 GiB margin), "
+                  f"{free / 2**30:.1f} GiB free", flush=True)
+            continue
+        t = time.perf_counter()
+        source = make_extract(rows, root)
+        print(f"data: {rows:,} rows at {source} ({time.perf_counter() - t:.1f} s to make or find)", flush=True)
+        out = root / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        try:
+            runs = _floor(args, source, out, workers, threads)
+        except Exception as exc:  # a tight memory limit may break (or stall) the floor too: say so, go on
+            runs = []
+            print(f"floor at {rows:,} rows failed: {type(exc).__name__}: {exc}", flush=True)
+        job = _attempt(args, source, out / "release", workers, threads)
+        shutil.rmtree(out, ignore_errors=True)
+        rows_out.append((rows, runs, job))
+        print(f"done: {rows:,} rows, floor {', '.join(f'{r:.2f}' for r in runs) or 'failed'} s, microagg "
+              f"{job['seconds']:.1f} s (exit {job['code']})", flush=True)
+    print(f"\n| rows | floor s (best of {args.floor_runs}) | microagg s | rows/s | ratio | stages s | "
+          f"peak RSS per worker GiB | IL % | finished |")
+    print("| ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |")
+    for rows, runs, job in rows_out:
+        report, floor = job["report"], min(runs) if runs else None
+        sampled = job["sampled"]
+        if report:
+            peaks = report.get("workers", {}).get("peak_rss_bytes", {}).values()
+            memory = f"max {max(peaks) / 2**30:.2f} ({_gib(peaks)})" if peaks else "?"
+            timings = report["timings"]
+            names = [n for n in STAGES if n in timings] + sorted(set(timings) - set(STAGES))
+            stages = " / ".join(f"{n} {timings[n]:.1f}" for n in names if timings[n] >= 0.05)
+            finished, il = "yes", f"{report['information_loss']:.4f}"
+        else:
+            memory = f"max {max(sampled.values()) / 2**30:.2f} sampled" if sampled else "?"
+            stages, il = "", ""
+            finished = f"**no**: exit {job['code']}, `{job['error'][:160]}`"
+        if args.processes and len(sampled) > workers:
+            finished += f" ({len(sampled) - workers} worker process(es) restarted)"
+        ratio = f"{job['seconds'] / floor:.2f}x" if floor and report else ""
+        speed = f"{rows / job['seconds']:,.0f}" if report else ""
+        print(f"| {rows:,} | {f'{floor:.2f}' if floor else 'failed'} | {job['seconds']:.2f} | {speed} | {ratio} | "
+              f"{stages} | {memory} | {il} | {finished} |")
+    print("\nTargets: 10M rows within 2.5x the floor; peak memory per worker flat as rows grow.")
+
+
+def row_counts(text):
+    """``--rows``: one count or a comma-separated list of them (``1000000``, ``10M``, ``1M,10M,30M``)."""
+    from microagg.jobs.generate import count
+
+    return [count(part) for part in text.split(",")]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("inprocess", "scale", "methods", "modes"))
+    parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes"))
     parser.add_argument("--modes", default=",".join(MODES), help="modes mode: which, in order")
     parser.add_argument("--methods", default="mdav,vmdav,dbm,mhm,auto", help="methods mode: which, in order")
-    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--rows", type=row_counts, default=[100_000],
+                        help="rows, e.g. 1000000 or 1M; sweep: a comma-separated list, e.g. 1M,10M,30M")
     parser.add_argument("--k", type=int, default=5)
-    parser.add_argument("--block-size", type=int, default=5000)
+    parser.add_argument("--block-size", type=int, default=2500, help="inprocess: the pipeline's default block size")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", type=int, default=None, help="default: as the CLI's local cluster")
     parser.add_argument("--threads-per-worker", type=int, default=None, help="default: as the CLI's local cluster")
@@ -265,10 +450,15 @@ def main():
     parser.add_argument("--memory-limit", default="auto")
     parser.add_argument("--floor-runs", type=int, default=3, help="scale: runs of the floor (the best is kept)")
     parser.add_argument("--refine", default="none")
+    parser.add_argument("--timeout", type=float, default=3600,
+                        help="sweep: seconds after which a floor run or a job counts as failed (killed)")
     parser.add_argument("--data", default=os.environ.get("MICROAGG_BENCH_DATA"),
                         help="where to cache generated data (default: the temp directory)")
     args = parser.parse_args()
-    {"inprocess": inprocess, "scale": scale, "methods": methods, "modes": modes}[args.mode](args)
+    args.sizes, args.rows = args.rows, args.rows[0]
+    if len(args.sizes) > 1 and args.mode != "sweep":
+        parser.error("several --rows are for the sweep mode only")
+    {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,275 @@
+"""Faults on real processes: a worker killed in the middle of a job (the job completes, byte-identical
+to an undisturbed run), the job itself killed or interrupted in the middle of its blocks stage (no
+partial release, a previous release intact, the temporary directory cleaned up by the next run).
+
+The jobs run as ``microagg --log-format json`` subprocesses, each in a process group of its own; the
+tests follow their stages on stderr and the cluster's tasks through a ``distributed.Client``.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import assert_k_anonymous, dask_processes, microagg_cli
+from microagg.pipeline import io
+from microagg.pipeline.generate import IDENTIFIERS, QUASI_IDENTIFIERS
+
+BIN = Path(sys.executable).parent
+# blocks of 1,000 rows, 4 per task: 400k rows make 128 block tasks (and 127 upper planes)
+OPTIONS = ["--qi", ",".join(QUASI_IDENTIFIERS), "--identifiers", ",".join(IDENTIFIERS),
+           "--block-size", 1000, "--blocks-per-task", 4]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Generated inputs: 400k rows in 4 files for the real cluster, 200k in 2 for the local clusters."""
+    root = tmp_path_factory.mktemp("faults")
+    for rows, files in ((400_000, 4), (200_000, 2)):
+        microagg_cli("generate", root / f"rows-{rows}", "--rows", rows, "--files", files, "--seed", 1,
+                     "--scheduler", "synchronous", check=True, timeout=120)
+    return root / "rows-400000", root / "rows-200000"
+
+
+class Job:
+    """``microagg --log-format json ARGS`` in a process group of its own, its stderr read line by line
+    (one JSON object each: jobs/logs.py)."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([str(BIN / "microagg"), "--log-format", "json", *map(str, args)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        self.events = []
+        self._ended = False
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                entry = {"message": line.rstrip()}
+            with self._changed:
+                self.events.append(entry)
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def wait_for(self, wanted, what, timeout=60):
+        """Block until an event meets ``wanted``; fails if the job ends first or after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not any(wanted(e) for e in self.events):
+                left = deadline - time.monotonic()
+                if self._ended or left <= 0:
+                    raise AssertionError(f"no {what} in the job's log ({'job ended' if self._ended else 'timeout'}); "
+                                         f"last events: {self.events[-3:]}")
+                self._changed.wait(left)
+
+    def signal(self, sig):
+        """``sig`` to the job's whole process group (as a terminal's Ctrl-C does)."""
+        os.killpg(self.proc.pid, sig)
+
+    def finish(self, timeout=120):
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return code
+
+    def stop(self):
+        """Kill what is left of the job (its process group), if anything."""
+        if self.proc.poll() is None:
+            self.signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
+def stage(name, status):
+    return lambda e: e.get("event") == "stage" and e.get("stage") == name and e.get("status") == status
+
+
+def split_tree(e):
+    """The blocks stage has drawn its sample and built the split tree: the block tasks come next."""
+    return str(e.get("message", "")).startswith("split tree:")
+
+
+def parquet_files(out):
+    return {p.name: p.read_bytes() for p in sorted(Path(out).glob("*.parquet"))}
+
+
+def all_files(out):
+    return {p.name: p.read_bytes() for p in sorted(Path(out).iterdir())}
+
+
+def temporaries(out):
+    out = Path(out)
+    return sorted(out.parent.glob(f".{out.name}.microagg-*"))
+
+
+# --- a worker process killed -----------------------------------------------------------------------
+
+@pytest.fixture
+def scheduler(tmp_path):
+    """Scheduler + 2 single-threaded workers under nannies (a killed worker process is restarted, as
+    in deploy/plain), as subprocesses; killed at the end. The workers give up connecting to a dead
+    peer after 5 s instead of Dask's default 30 s: a worker that was fetching from the killed one
+    waits that long before the scheduler's recomputation reaches it."""
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"}
+    with dask_processes(tmp_path, env=env) as address:
+        yield address
+
+
+@pytest.mark.cluster
+def test_a_worker_killed_in_the_middle_of_the_blocks_stage(tmp_path, data, scheduler):
+    from distributed import Client
+
+    def block_tasks(dask_scheduler):  # nested: pickled by value, the scheduler cannot import this module
+        """The block tasks (keys naming "solve": each task's solve and its pieces): ``(workers
+        processing one, how many are in memory, how many are still to run, results held per worker)``."""
+        processing, done, left = set(), 0, 0
+        for ts in dask_scheduler.tasks.values():
+            if "solve" in str(ts.key):
+                if ts.state == "processing":
+                    processing.add(ts.processing_on.address)
+                done += ts.state == "memory"
+                left += ts.state in ("waiting", "queued", "no-worker", "processing")
+        held = {ws.address: len(ws.has_what) for ws in dask_scheduler.workers.values()}
+        return sorted(processing), done, left, held
+
+    source, _ = data
+    killed = tmp_path / "killed"
+    job = Job("anonymize", source, killed, "--k", 5, *OPTIONS, "--scheduler", scheduler)
+    try:
+        job.wait_for(stage("blocks", "started"), "blocks stage")
+        with Client(scheduler, timeout="30s") as client:
+            pids = client.run(os.getpid)
+            deadline = time.monotonic() + 60
+            while True:  # some block tasks done (their results on both workers), most still to run
+                processing, done, left, held = client.run_on_scheduler(block_tasks)
+                if processing and done >= 4 and left >= 20:
+                    break
+                assert time.monotonic() < deadline and job.proc.poll() is None, (processing, done, left)
+                time.sleep(0.02)
+            victim = processing[0]
+            assert held[victim] > 0  # results (the input's partitions, block pieces) die with it
+            os.kill(pids[victim], signal.SIGKILL)
+            assert job.finish() == 0, job.events[-3:]
+            assert victim not in client.scheduler_info()["workers"]  # the nanny started a new worker process
+    finally:
+        job.stop()
+    assert not [e for e in job.events if e.get("level") == "ERROR"]
+    undisturbed = tmp_path / "undisturbed"
+    microagg_cli("anonymize", source, undisturbed, "--k", 5, *OPTIONS, "--scheduler", scheduler, check=True,
+                 timeout=120)
+    expected = parquet_files(undisturbed)
+    assert expected and parquet_files(killed) == expected
+    reports = [json.loads((p / "_report.json").read_text()) for p in (killed, undisturbed)]
+    assert reports[0]["rows"] == 400_000 and reports[0]["tasks"] >= 100
+    assert reports[0]["information_loss"] == reports[1]["information_loss"]
+    assert not temporaries(killed)
+
+
+# --- the job killed or interrupted -----------------------------------------------------------------
+
+def test_a_killed_job_keeps_the_previous_release_and_the_next_run_cleans_up(tmp_path, data):
+    _, source = data
+    out = tmp_path / "release"
+    microagg_cli("anonymize", source, out, "--k", 5, *OPTIONS, check=True, timeout=120)
+    first = all_files(out)
+    job = Job("anonymize", source, out, "--k", 10, *OPTIONS)  # other options, a local cluster
+    try:
+        job.wait_for(split_tree, "split tree")
+        job.signal(signal.SIGKILL)
+        assert job.finish(timeout=30) == -signal.SIGKILL
+    finally:
+        job.stop()
+    assert not any(stage("gate", "started")(e) for e in job.events)  # killed in the blocks stage
+    assert all_files(out) == first  # the previous release, byte for byte
+    (stale,) = temporaries(out)
+    assert stale.is_dir() and stale.name.startswith(f".release.microagg-tmp-{socket.gethostname()}-{job.proc.pid}-")
+
+    microagg_cli("anonymize", source, out, "--k", 10, *OPTIONS, check=True, timeout=120)
+    assert not temporaries(out)
+    report = json.loads((out / "_report.json").read_text())
+    assert report["k"] == 10 and report["rows"] == 200_000 and (out / io.SUCCESS_MARKER).exists()
+    released = pd.read_parquet(out)
+    assert len(released) == 200_000
+    assert_k_anonymous(released, QUASI_IDENTIFIERS, 10)
+
+
+def test_ctrl_c_in_the_middle_exits_130_and_leaves_nothing(tmp_path, data):
+    _, source = data
+    out = tmp_path / "release"
+    job = Job("anonymize", source, out, "--k", 5, *OPTIONS)
+    try:
+        job.wait_for(split_tree, "split tree")
+        job.signal(signal.SIGINT)
+        assert job.finish(timeout=60) == 130
+    finally:
+        job.stop()
+    (failed,) = [e for e in job.events if e.get("event") == "failed"]
+    assert failed["exit_code"] == 130 and failed["error"] == "KeyboardInterrupt"
+    assert not any(stage("gate", "started")(e) for e in job.events)  # interrupted in the blocks stage
+    assert any(stage("blocks", "interrupted")(e) for e in job.events)
+    assert not any(stage("blocks", "done")(e) for e in job.events)
+    assert not out.exists() and not temporaries(out)
+
+
+# --- which temporary directories are stale ---------------------------------------------------------
+
+linux_proc = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs Linux's /proc")
+
+def _stale_dir(tmp_path, pid):
+    path = tmp_path / f".release.microagg-tmp-{socket.gethostname()}-{pid}-0123456789ab"
+    path.mkdir()
+    (path / "part-00000.parquet").write_bytes(b"partial")
+    return path
+
+
+def test_a_running_job_keeps_its_temporary_directory(tmp_path):
+    running = _stale_dir(tmp_path, os.getpid())  # this process started before the directory was made
+    io.discard_output(io.prepare_output(tmp_path / "release"))
+    assert running.exists()
+
+
+@linux_proc
+def test_the_temporary_directory_of_a_dead_or_zombie_job_is_removed(tmp_path):
+    zombie = subprocess.Popen(["true"])  # exited, not yet reaped: its PID still answers kill(pid, 0)
+    try:
+        deadline = time.monotonic() + 10
+        while io._process_start(zombie.pid)[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        stale = _stale_dir(tmp_path, zombie.pid)
+        io.discard_output(io.prepare_output(tmp_path / "release"))
+        assert not stale.exists()
+    finally:
+        zombie.wait()
+    stale = _stale_dir(tmp_path, zombie.pid)  # reaped: the PID is gone
+    io.discard_output(io.prepare_output(tmp_path / "release"))
+    assert not stale.exists()
+
+
+@linux_proc
+def test_a_reused_pid_does_not_keep_a_dead_jobs_directory():
+    """A process that started after the directory last changed cannot be the job that made it (a
+    restarted container's job is often PID 1 again, like the job it replaces)."""
+    later = subprocess.Popen(["sleep", "30"])
+    try:
+        now = time.time()
+        assert not io._job_running(later.pid, changed=now - 3600)
+        assert io._job_running(later.pid, changed=now)
+        assert io._job_running(os.getpid(), changed=now)
+    finally:
+        later.kill()
+        later.wait()
+    assert not io._job_running(later.pid, changed=now)
