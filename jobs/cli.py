@@ -78,6 +78,14 @@ def _add_anonymize(sub):
                         "released data (default on): OUTPUT/_report.html, or beside --report PATH (suffix .html). "
                         "It holds aggregates of the original data (histograms, correlations): handle it as the "
                         "original, not as part of the release")
+    p.add_argument("--evaluate", action="store_true",
+                   help="before the commit, evaluate the written release against the input as `microagg evaluate` "
+                        "does (disclosure risk DLD and ID, real anonymity k', the IL family, checks): the report's "
+                        "`evaluation` and the page's verdict line (about 15 s per million rows here)")
+    p.add_argument("--known", action="append", default=[], metavar="COL,COL,...",
+                   help="with --evaluate: a set of QIs an intruder may know (repeatable)")
+    p.add_argument("--id-percent", type=float, default=None, metavar="P",
+                   help="with --evaluate: the interval disclosure's interval width in percent (default 10)")
     p.add_argument("--rows-per-file", type=int, default=1_000_000, help="rows per output Parquet file")
     p.add_argument("--refine", default="none", metavar="NAME",
                    help="refinement applied to every block after the method (see `microagg methods`): none "
@@ -167,6 +175,16 @@ def _anonymize(args):
         **dict(_given(args, block_size="block_size", blocks_per_task="blocks_per_task",
                       one_block_rows="one_block_rows")),
     )
+    evaluation = None
+    if args.evaluate:
+        if options.release_where:
+            raise InputError("--evaluate pairs every input row with its released row: it cannot evaluate a "
+                             "release filtered by --release-where (evaluate it with `microagg evaluate` instead)")
+        evaluation = {"known": [[c.strip() for c in s.split(",") if c.strip()] for s in args.known]}
+        if args.id_percent is not None:
+            evaluation["id_percent"] = args.id_percent
+    elif args.known or args.id_percent is not None:
+        raise InputError("--known and --id-percent are options of --evaluate")
     with dask_client(args.scheduler, workers=args.workers, threads_per_worker=args.threads_per_worker,
                      memory_limit=args.memory_limit, processes=args.processes) as client:
         if client is not None and client.dashboard_link:
@@ -174,9 +192,11 @@ def _anonymize(args):
         extra = (lambda: {"workers": worker_memory(client)}) if client is not None else None
         if wanted() and not args.quiet:
             with StageProgress(client):
-                report = run(args.input, args.output, options, args.report, key, extra, html=args.html)
+                report = run(args.input, args.output, options, args.report, key, extra, html=args.html,
+                             evaluation=evaluation)
         else:
-            report = run(args.input, args.output, options, args.report, key, extra, html=args.html)
+            report = run(args.input, args.output, options, args.report, key, extra, html=args.html,
+                         evaluation=evaluation)
     if report["method"] == "mic1d":
         _say(args, f"release: {report['output']} ({report['rows']} rows, {report['values']} values in "
                    f"{report['groups']} runs of {report['min_group_size']}..{report['max_group_size']} values, "
@@ -191,6 +211,10 @@ def _anonymize(args):
         _say(args, f"noise: {report['noise']}, epsilon {report['epsilon']}")
     _say(args, f"report: {report['report']}" + (f", {report['html']}" if report["html"] else ""))
     _say(args, f"information loss: {report['information_loss']:.3f} %")
+    if report.get("evaluation"):
+        risk, anonymity = report["evaluation"]["disclosure_risk"], report["evaluation"]["anonymity"]
+        _say(args, f"disclosure risk: DLD {risk['dld']:.3f} %, ID {risk['id']:.3f} %; real anonymity k' "
+                   f"{anonymity['k_prime']:.2f}; score {report['evaluation']['score']:.3f}")
     return EXIT_OK
 
 

@@ -1253,13 +1253,21 @@ def _distribution(sizes):
             "mean": float(sizes.mean())}
 
 
-def run(input_path, output, options, report_path=None, identifier_key=None, report_extra=None, html=True):
+EVALUATION_KEYS = ("information_loss", "disclosure_risk", "score", "anonymity", "checks", "known", "timings")
+"""What a release report keeps, under ``evaluation``, of :func:`pipeline.evaluate.evaluate`'s report."""
+
+
+def run(input_path, output, options, report_path=None, identifier_key=None, report_extra=None, html=True,
+        evaluation=None):
     """Read, anonymize, check and atomically write a release; returns the report (a dict).
 
     ``report_extra``, if given, is called after the write and its dict merged into the report.
     ``html``: also write the report as an HTML page with the data summary's plots
     (:mod:`pipeline.report`; the summary is the report's ``summary``), at :func:`html_path`: inside
     the release, committed with it, or beside ``report_path``, written after the commit as the JSON.
+    ``evaluation``: None, or the options of :func:`pipeline.evaluate.evaluate` (``known``,
+    ``id_percent``, ``block_rows``...) to evaluate the written release against the input before the
+    commit (disclosure risk: DLD, ID, k'; the report's ``evaluation``; the page shows its measures).
     """
     timings = Timings()
     with timings.stage("read"):
@@ -1291,6 +1299,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
                 # files 4% smaller); the other columns keep pyarrow's default
                 use_dictionary=[c for c in released.columns if c not in report["quasi_identifiers"]],
             )
+        if evaluation is not None:
+            report["evaluation"] = _evaluate_written(input_path, tmp, report, evaluation, options.seed, timings)
         report["timings"] = timings.seconds
         if report_extra:
             report.update(report_extra())
@@ -1324,6 +1334,30 @@ def html_path(output, report_path=None):
     return path
 
 
+def _evaluate_written(input_path, written, report, evaluation, seed, timings):
+    """:func:`pipeline.evaluate.evaluate` of the release files at ``written`` against the input (rows
+    pair by position): the parts of its report named by :data:`EVALUATION_KEYS`."""
+    from . import evaluate
+
+    with timings.stage("evaluate"):
+        # k-anonymity of whole released tuples is the release's guarantee only without attribute blocks
+        k = report["k"] if report.get("k_anonymity_scope") == "all quasi-identifiers" else None
+        options = dict(evaluation)
+        result = evaluate.evaluate(io.read_input(input_path), io.read_input(written), list(report["quasi_identifiers"]),
+                                   k, seed=seed, **options)
+    return {key: result[key] for key in EVALUATION_KEYS if key in result}
+
+
+def page_report(report):
+    """The report as its HTML page shows it: with an evaluation, its measures (IL family, DLD, ID, k',
+    checks) in place of the release's own summary figures."""
+    page = dict(report)
+    for key, value in (report.get("evaluation") or {}).items():
+        if key != "timings":
+            page[key] = value
+    return page
+
+
 def _draw_figures(report):
     """Start drawing the HTML page's data figures in a thread (see ``render_html``'s ``figures``):
     ``(thread, figures)``."""
@@ -1337,7 +1371,7 @@ def _draw_figures(report):
         except Exception:  # the final render draws what is missing, and reports any error itself
             pass
 
-    thread = threading.Thread(target=draw, args=(dict(report),), name="microagg-report-figures", daemon=True)
+    thread = threading.Thread(target=draw, args=(page_report(report),), name="microagg-report-figures", daemon=True)
     thread.start()
     return thread, figures
 
@@ -1351,7 +1385,7 @@ def _write_page(path, report, timings, drawing=None):
         if drawing is not None:
             thread, figures = drawing
             thread.join()
-        write_html(path, report, report.get("summary"), figures)
+        write_html(path, page_report(report), report.get("summary"), figures)
 
 
 INPUT_EXPANSION = 6

@@ -293,3 +293,34 @@ def test_run_writes_the_json_and_the_page_where_told(tmp_path):
     ev.run(*paths, names, tmp_path / "plain.json", html=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["masked.csv", "original.csv", "plain.json", "report.html",
                                                           "report.json"]  # nothing left aside
+
+
+def test_anonymize_evaluate_puts_the_risk_into_the_report_and_the_page(tmp_path):
+    """``microagg anonymize --evaluate``: the written release evaluated before the commit; the same
+    measures as ``microagg evaluate`` of the committed release."""
+    out = tmp_path / "release"
+    microagg_cli("anonymize", CENSUS_CSV, out, "--k", 3, "--evaluate", "--known", "AGI,FICA",
+                 "--scheduler", "synchronous", check=True)
+    rep = json.loads((out / "_report.json").read_text())
+    evaluation = rep["evaluation"]
+    assert 0 < evaluation["disclosure_risk"]["dld"] < 100 / 3 and evaluation["checks"]["passed"]
+    assert evaluation["anonymity"]["min_class_size"] >= 3
+    assert [s["columns"] for s in evaluation["disclosure_risk"]["scenarios"]][1] == ["AGI", "FICA"]
+    again = ev.run(CENSUS_CSV, out, list(rep["quasi_identifiers"]), tmp_path / "again.json", k=3,
+                   known=[["AGI", "FICA"]], html=False)
+    for key in ("dld", "id"):
+        assert evaluation["disclosure_risk"][key] == again["disclosure_risk"][key]
+    verdict = re.search(r'<p id="verdict"[^>]*>([^<]*)<', (out / "_report.html").read_text()).group(1)
+    assert f"DLD {evaluation['disclosure_risk']['dld']:.2f} %" in verdict and "not computed" not in verdict
+    assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".parquet")) == [
+        "_SUCCESS", "_report.html", "_report.json"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--known", "AGI"], "options of --evaluate"),
+    (["--evaluate", "--release-where", "AGI > 0"], "--release-where"),
+])
+def test_anonymize_evaluate_refuses_what_it_cannot_evaluate(tmp_path, flags, message):
+    proc = microagg_cli("anonymize", CENSUS_CSV, tmp_path / "release", "--k", 3, *flags, "--scheduler", "synchronous")
+    assert proc.returncode == 2 and message in proc.stderr
+    assert not (tmp_path / "release").exists()
