@@ -870,9 +870,13 @@ def _by_file(released, starts):
     if np.count_nonzero(np.diff(cuts)) <= 1:
         return [(released.row_id[a:b], released.group[a:b], released.table) for a, b in zip(cuts[:-1], cuts[1:])]
     out = []
+    used = np.zeros(len(released.table), dtype=np.bool_)
     for a, b in zip(cuts[:-1], cuts[1:]):
-        used, group = np.unique(released.group[a:b], return_inverse=True)
-        out.append((released.row_id[a:b], group.reshape(-1).astype(np.int64), released.table[used]))
+        group = released.group[a:b]
+        used[:] = False
+        used[group] = True
+        rank = np.cumsum(used) - 1  # the used groups renumbered in order (np.unique's, without its sort)
+        out.append((released.row_id[a:b], rank[group], released.table[used]))
     return out
 
 

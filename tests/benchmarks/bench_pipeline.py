@@ -5,6 +5,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py sweep --rows 1M,10M,30M [--processes --memory-limit 1.5GiB]
     .venv/bin/python tests/benchmarks/bench_pipeline.py methods --rows 1000000 [--methods mdav,vmdav,dbm,mhm,auto]
     .venv/bin/python tests/benchmarks/bench_pipeline.py modes --rows 1000000 [--modes plain,noise,where]
+    .venv/bin/python tests/benchmarks/bench_pipeline.py blocking --rows 4000000 [--layouts 5000/16/8,2500/32/6]
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -29,6 +30,10 @@ aggregates, strata, attribute blocks) end to end.
 
 ``methods``: the CLI end to end with each block method on the same extract (issue 4): IL, seconds
 and the ratio to the first method's seconds.
+
+``blocking``: the blocked solve in this process (one thread, no Dask) for several block layouts
+(``--layouts 5000/16/8,2500/32/6``: block size / blocks per task / neighbour groups of the stitching
+local search): CPU seconds and IL, the measurement behind the defaults.
 """
 
 import argparse
@@ -433,9 +438,44 @@ def row_counts(text):
     return [count(part) for part in text.split(",")]
 
 
+def blocking(args):
+    """The blocked solve in this process, one thread, for several block layouts on the same rows of the
+    extract: CPU seconds and IL (the measurement behind the default block size and neighbour count)."""
+    import pandas as pd
+
+    from microagg import kernels
+    from microagg.pipeline import blocked, stitch
+    from microagg.pipeline.solver import Solver
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    source = make_extract(args.rows, root)
+    X = np.ascontiguousarray(pd.read_parquet(source, columns=QI).to_numpy(dtype=np.float64))
+    Z = kernels.standardize(X, X.mean(axis=0), X.std(axis=0))
+    solver = Solver.build("mdav", None, "none", None, 0)
+    blocked.blocked_partition(Z[:50_000], args.k, solver, stitch.STITCHING["light"], threads=1)  # warm-up
+    print(f"{len(Z):,} rows x 13 QIs, k={args.k}, mdav, --stitch light, one thread\n")
+    print("| block size | blocks per task | neighbour groups | blocks | CPU s | IL % |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    default = stitch.NEIGHBORS
+    try:
+        for layout in args.layouts.split(","):
+            size, per_task, neighbours = (int(v) for v in layout.split("/"))
+            stitch.NEIGHBORS = neighbours
+            plan = blocked.Blocking(block_size=size, blocks_per_task=per_task)
+            t = time.process_time()
+            labels, info = blocked.blocked_partition(Z, args.k, solver, stitch.STITCHING["light"], plan, threads=1)
+            cpu = time.process_time() - t
+            il = 100 * kernels.sse(Z, labels, int(labels.max()) + 1) / Z.size
+            print(f"| {size:,} | {per_task} | {neighbours} | {info['blocks']:,} | {cpu:.2f} | {il:.4f} |", flush=True)
+    finally:
+        stitch.NEIGHBORS = default
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes"))
+    parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking"))
+    parser.add_argument("--layouts", default="5000/16/8,2500/32/6,5000/16/8,2500/32/6",
+                        help="blocking mode: block size / blocks per task / neighbour groups, in order")
     parser.add_argument("--modes", default=",".join(MODES), help="modes mode: which, in order")
     parser.add_argument("--methods", default="mdav,vmdav,dbm,mhm,auto", help="methods mode: which, in order")
     parser.add_argument("--rows", type=row_counts, default=[100_000],
@@ -458,7 +498,8 @@ def main():
     args.sizes, args.rows = args.rows, args.rows[0]
     if len(args.sizes) > 1 and args.mode != "sweep":
         parser.error("several --rows are for the sweep mode only")
-    {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes}[args.mode](args)
+    {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
+     "blocking": blocking}[args.mode](args)
 
 
 if __name__ == "__main__":
