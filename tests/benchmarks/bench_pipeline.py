@@ -6,6 +6,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py methods --rows 1000000 [--methods mdav,vmdav,dbm,mhm,auto]
     .venv/bin/python tests/benchmarks/bench_pipeline.py modes --rows 1000000 [--modes plain,noise,where]
     .venv/bin/python tests/benchmarks/bench_pipeline.py blocking --rows 4000000 [--layouts 5000/16/8,2500/32/6]
+    .venv/bin/python tests/benchmarks/bench_pipeline.py stream --rows 10000000 [--no-html]
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -471,9 +472,51 @@ def blocking(args):
         stitch.NEIGHBORS = default
 
 
+def stream(args):
+    """``release.run`` in this process on a LocalCluster of the CLI's default shape, Dask's task stream
+    recorded: seconds per stage and compute seconds per kind of task (no process or cluster start: for
+    A/B comparisons of the pipeline's code on the same machine minutes apart)."""
+    import collections
+
+    from distributed import Client, LocalCluster, get_task_stream
+
+    from microagg.jobs.cluster import local_shape
+    from microagg.pipeline.release import ReleaseOptions, run
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    source = make_extract(args.rows, root)
+    out = root / "stream-release"
+    shutil.rmtree(out, ignore_errors=True)
+    workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
+    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=args.processes,
+                      dashboard_address=None) as cluster, Client(cluster):
+        options = ReleaseOptions(k=args.k, quasi_identifiers=tuple(QI), identifiers=("person_id",))
+        with get_task_stream() as tasks:
+            t = time.perf_counter()
+            report = run(str(source), str(out), options, html=args.html)
+            total = time.perf_counter() - t
+    shutil.rmtree(out, ignore_errors=True)
+    print(f"{args.rows:,} rows: {total:.2f} s in process; stages (s): {report['timings']}")
+    per = collections.defaultdict(lambda: [0, 0.0])
+    for task in tasks.data:
+        key = task["key"]
+        name = str(key[0] if isinstance(key, tuple) else key).rsplit("-", 1)[0]
+        if name.startswith("microagg") and isinstance(key, tuple) and len(key) > 1:
+            name += f":{key[1]}" + (":piece" if len(key) > 3 else "")
+        for s in task["startstops"]:
+            if s["action"] == "compute":
+                per[name][0] += 1
+                per[name][1] += s["stop"] - s["start"]
+    print("| task | count | compute s |\n| --- | ---: | ---: |")
+    for name, (count, seconds) in sorted(per.items(), key=lambda kv: -kv[1][1])[:12]:
+        print(f"| {name} | {count} | {seconds:.2f} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking"))
+    parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream"))
+    parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
+                        help="stream mode: write the HTML page too")
     parser.add_argument("--layouts", default="5000/16/8,2500/32/6,5000/16/8,2500/32/6",
                         help="blocking mode: block size / blocks per task / neighbour groups, in order")
     parser.add_argument("--modes", default=",".join(MODES), help="modes mode: which, in order")
@@ -499,7 +542,7 @@ def main():
     if len(args.sizes) > 1 and args.mode != "sweep":
         parser.error("several --rows are for the sweep mode only")
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
-     "blocking": blocking}[args.mode](args)
+     "blocking": blocking, "stream": stream}[args.mode](args)
 
 
 if __name__ == "__main__":
