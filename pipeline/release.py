@@ -649,16 +649,22 @@ def solve_mic1d(frame, qi, n_rows, mean, std, options, strata=None, first_column
 
 # --- stage 4: the gate -----------------------------------------------------------------------------
 
-def tuple_counts(table, sizes):
+def tuple_hashes(table):
+    """64-bit hash of each row of ``table`` (a released tuple)."""
+    return pd.util.hash_pandas_object(pd.DataFrame(table), index=False).to_numpy()
+
+
+def tuple_counts(table, sizes, hashes=None):
     """Rows carrying each group's tuple: for group ``g``, the sum of ``sizes`` over the groups whose
     tuple (row of ``table``, float64) equals ``table[g]``, exactly.
 
-    Tuples are bucketed by a 64-bit hash and compared with their bucket's first tuple; only if two
-    different tuples share a hash (never seen in practice) does it fall back to a full sort.
+    Tuples are bucketed by a 64-bit hash (``hashes``: :func:`tuple_hashes`, if the caller has them)
+    and compared with their bucket's first tuple; only if two different tuples share a hash (never
+    seen in practice) does it fall back to a full sort.
     """
     if not len(table):
         return np.zeros(0, dtype=np.int64)
-    hashes = pd.util.hash_pandas_object(pd.DataFrame(table), index=False).to_numpy()
+    hashes = tuple_hashes(table) if hashes is None else hashes
     order = np.argsort(hashes, kind="stable")
     h = hashes[order]
     starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
@@ -682,7 +688,8 @@ def summarize(rows, labels, table, job, gain):
     :func:`_piece_data`)."""
     k = job.options.k
     sizes = np.bincount(labels) if len(labels) else np.zeros(0, dtype=np.int64)
-    counts = tuple_counts(table, sizes) if table is not None else sizes
+    hashes = tuple_hashes(table) if table is not None and len(table) else np.zeros(0, dtype=np.uint64)
+    counts = tuple_counts(table, sizes, hashes) if table is not None else sizes
     sse = 0.0
     data = None
     if table is not None and len(labels):
@@ -712,6 +719,7 @@ def summarize(rows, labels, table, job, gain):
         "block_ids": block_ids,
         "block_rows": block_rows,
         "data": data,
+        "tuple_hashes": np.unique(hashes),  # the real anonymity k' (records / distinct released tuples)
     }
 
 
@@ -1133,6 +1141,11 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         "version": __version__,
     }
     masked = None
+    if len(blocks) == 1 and not options.release_where:
+        # k' = records / distinct released tuples, the tuples counted by their 64-bit hashes, as
+        # real_anonymity does across files (one group table per piece: no pass over the rows)
+        distinct = len(np.unique(np.concatenate([s["tuple_hashes"] for s in summaries] or [np.zeros(0, np.uint64)])))
+        report["real_anonymity"] = {"all": n_rows / max(distinct, 1)}
     if len(blocks) > 1:
         with timings.stage("real anonymity"):
             report["attribute_blocks"], masked = _attribute_block_report(blocks, per_block, std, starts, n_rows,

@@ -305,6 +305,7 @@ def test_anonymize_evaluate_puts_the_risk_into_the_report_and_the_page(tmp_path)
     evaluation = rep["evaluation"]
     assert 0 < evaluation["disclosure_risk"]["dld"] < 100 / 3 and evaluation["checks"]["passed"]
     assert evaluation["anonymity"]["min_class_size"] >= 3
+    assert rep["real_anonymity"]["all"] == evaluation["anonymity"]["k_prime"]  # from the gate's evidence alone
     assert [s["columns"] for s in evaluation["disclosure_risk"]["scenarios"]][1] == ["AGI", "FICA"]
     again = ev.run(CENSUS_CSV, out, list(rep["quasi_identifiers"]), tmp_path / "again.json", k=3,
                    known=[["AGI", "FICA"]], html=False)
