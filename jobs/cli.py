@@ -8,7 +8,7 @@ import sys
 from . import evaluate, generate, logs
 from . import run as jobrun
 from .exit_codes import EXIT_CLUSTER, EXIT_INTERRUPTED, is_cluster_failure
-from .flags import add_cluster_arguments
+from .flags import add_cluster_arguments, add_risk_arguments
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -82,10 +82,7 @@ def _add_anonymize(sub):
                    help="before the commit, evaluate the written release against the input as `microagg evaluate` "
                         "does (disclosure risk DLD and ID, real anonymity k', the IL family, checks): the report's "
                         "`evaluation` and the page's verdict line (about 15 s per million rows here)")
-    p.add_argument("--known", action="append", default=[], metavar="COL,COL,...",
-                   help="with --evaluate: a set of QIs an intruder may know (repeatable)")
-    p.add_argument("--id-percent", type=float, default=None, metavar="P",
-                   help="with --evaluate: the interval disclosure's interval width in percent (default 10)")
+    add_risk_arguments(p, "with --evaluate: ")
     p.add_argument("--rows-per-file", type=int, default=1_000_000, help="rows per output Parquet file")
     p.add_argument("--refine", default="none", metavar="NAME",
                    help="refinement applied to every block after the method (see `microagg methods`): none "

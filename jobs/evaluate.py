@@ -2,7 +2,7 @@
 
 import argparse
 
-from .flags import add_cluster_arguments
+from .flags import add_cluster_arguments, add_risk_arguments
 
 EXIT_OK = 0
 DEFAULT_REPORT = "microagg-evaluate.json"
@@ -33,12 +33,7 @@ def add_parser(sub):
     p.add_argument("--k", type=int, default=None,
                    help="check that every released QI tuple occurs at least k times (rows in smaller classes "
                         "are counted)")
-    p.add_argument("--known", action="append", default=[], metavar="COL,COL,...",
-                   help="a set of QIs an intruder may know: the DLD and ID are also reported for it (repeatable; "
-                        "all QIs are always reported)")
-    p.add_argument("--id-percent", type=float, default=None, metavar="P",
-                   help="width of the rank intervals of the interval disclosure, in percent of the rows "
-                        "(default 10)")
+    add_risk_arguments(p)
     p.add_argument("--report", default=DEFAULT_REPORT, metavar="PATH",
                    help=f"where to write the JSON report (default ./{DEFAULT_REPORT}); written atomically")
     p.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,

@@ -19,3 +19,14 @@ def add_cluster_arguments(parser, scheduler_note=""):
                              "measured faster, the kernels release the GIL)")
     parser.add_argument("--memory-limit", default="auto",
                         help="memory limit per local worker, e.g. 4GiB (default auto)")
+
+
+def add_risk_arguments(parser, note=""):
+    """The disclosure-risk flags of ``evaluate`` and of ``anonymize --evaluate`` (``note``: a prefix of
+    their help, e.g. "with --evaluate: ")."""
+    parser.add_argument("--known", action="append", default=[], metavar="COL,COL,...",
+                        help=f"{note}a set of QIs an intruder may know: the DLD and ID are also reported for it "
+                             "(repeatable; all QIs are always reported)")
+    parser.add_argument("--id-percent", type=float, default=None, metavar="P",
+                        help=f"{note}width of the rank intervals of the interval disclosure, in percent of the rows "
+                             "(default 10)")
