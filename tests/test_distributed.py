@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import microagg
-from conftest import CENSUS_CSV, EIA_NON_QI, assert_k_anonymous, microagg_cli
+from conftest import EIA_NON_QI, assert_k_anonymous, microagg_cli
 from synthetic import QI, extract
 
 BLOCKED = ["--block-size", "1500", "--blocks-per-task", "4", "--identifiers", "person_id", "--qi", ",".join(QI)]

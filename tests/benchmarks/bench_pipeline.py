@@ -111,7 +111,6 @@ def derived_extract(rows, root, name):
 def inprocess(args):
     import dask
     import dask.dataframe as dd
-    import pandas as pd
 
     import microagg
     from microagg import kernels
