@@ -1,5 +1,6 @@
 """Dask cluster lifecycle for jobs: the only place microagg creates (or connects to) a cluster."""
 
+import contextlib
 import logging
 import os
 from contextlib import contextmanager
@@ -26,6 +27,17 @@ def trim_freed_memory(threshold=65536):
         libc.mallopt(-1, threshold)  # M_TRIM_THRESHOLD
     except (OSError, AttributeError):
         pass
+
+
+def one_blas_thread():
+    """Context: the BLAS library of this process runs one thread. For workers as threads of this
+    process, as Dask's nanny does for worker processes (``OPENBLAS_NUM_THREADS=1`` and the like):
+    otherwise each worker thread's matrix products (the statistics pass's cross-products, principal
+    directions) fan out to a BLAS pool as large as the machine, oversubscribing the cores the other
+    worker threads use. (The effect on wall time is below this machine's run-to-run noise.)"""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def local_shape(processes, workers=None, threads_per_worker=None):
@@ -69,7 +81,7 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
             silence_logs=logging.DEBUG if log.isEnabledFor(logging.DEBUG) else logging.ERROR,
         )
         try:
-            with Client(cluster) as client:
+            with one_blas_thread() if not processes else contextlib.nullcontext(), Client(cluster) as client:
                 yield client
         finally:
             cluster.close()

@@ -719,7 +719,7 @@ def summarize(rows, labels, table, job, gain):
         "block_ids": block_ids,
         "block_rows": block_rows,
         "data": data,
-        "tuple_hashes": np.unique(hashes),  # the real anonymity k' (records / distinct released tuples)
+        "tuple_hashes": _sorted_unique(hashes),  # the real anonymity k' (records / distinct released tuples)
     }
 
 
@@ -1144,7 +1144,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
     if len(blocks) == 1 and not options.release_where:
         # k' = records / distinct released tuples, the tuples counted by their 64-bit hashes, as
         # real_anonymity does across files (one group table per piece: no pass over the rows)
-        distinct = len(np.unique(np.concatenate([s["tuple_hashes"] for s in summaries] or [np.zeros(0, np.uint64)])))
+        distinct = len(_sorted_unique(np.concatenate([s["tuple_hashes"] for s in summaries] or [np.zeros(0, np.uint64)])))
         report["real_anonymity"] = {"all": n_rows / max(distinct, 1)}
     if len(blocks) > 1:
         with timings.stage("real anonymity"):

@@ -147,3 +147,22 @@ def test_bundled_example_is_the_census_file(tmp_path):
     assert "information loss: 9.088 %" in proc.stdout
     assert f"release: {out}" in proc.stdout and "_report.json" in proc.stdout
     assert len(pd.read_parquet(out)) == 1080
+
+
+def test_threaded_local_cluster_runs_blas_on_one_thread():
+    """Workers as threads of the CLI's process: BLAS limited to one thread while the cluster runs (as
+    Dask's nanny does for worker processes), the process's setting restored afterwards."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from microagg.jobs.cluster import dask_client
+
+    def blas_threads():
+        return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = blas_threads()
+        assert before and all(n == min(2, os.cpu_count()) for n in before)
+        with dask_client("local", workers=1, threads_per_worker=2, processes=False) as client:
+            assert blas_threads() == [1] * len(before)
+            assert client.submit(blas_threads).result() == [1] * len(before)  # seen from a worker thread
+        assert blas_threads() == before
