@@ -97,7 +97,63 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
             f"address and that the scheduler is running. Nothing was written."
         ) from exc
     with client:
+        check_workers(client)
         yield client
+
+
+# the packages whose versions shape a release's bytes (kernels, arithmetic, Parquet encoding)
+MATCHED_PACKAGES = ("microagg", "numpy", "numba", "pandas", "pyarrow")
+
+
+def package_versions():
+    """Versions of :data:`MATCHED_PACKAGES` in this process (None for one that cannot be imported)."""
+    from importlib import metadata
+
+    versions = {}
+    for name in MATCHED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def version_mismatches(local, workers):
+    """``["worker W: numba 0.60.0 (here 0.61.2)", ...]`` for every package of ``workers`` (address ->
+    :func:`package_versions`) whose version differs from ``local``'s."""
+    problems = []
+    for address, versions in sorted(workers.items()):
+        for name in MATCHED_PACKAGES:
+            theirs, ours = versions.get(name), local.get(name)
+            if theirs != ours:
+                problems.append(f"worker {address}: {name} {theirs or 'not installed'} (here {ours or 'not installed'})")
+    return problems
+
+
+def check_workers(client, local=None):
+    """Refuse a cluster whose workers run other versions of microagg or of the packages that shape
+    its output (:data:`MATCHED_PACKAGES`): their blocks would be solved by other code, and the
+    release would not be the one this version makes (nor byte-identical across runs). Nothing has
+    been read or written when this fails. Dask's own client/scheduler/worker check only warns.
+    ``local``: the versions to compare with (default: this process's, :func:`package_versions`)."""
+    from ..pipeline.errors import ClusterError
+
+    try:
+        workers = client.run(package_versions)
+    except Exception as exc:  # a worker that cannot even import microagg.jobs.cluster
+        raise ClusterError(
+            f"cannot check the Dask workers' software ({type(exc).__name__}: {exc}); is microagg installed "
+            f"on every worker? Nothing was written."
+        ) from exc
+    problems = version_mismatches(local or package_versions(), workers)
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise ClusterError(
+            f"{len(problems)} package version(s) differ between this client and the Dask workers: {shown}. "
+            f"Install the same versions everywhere (one image for scheduler, workers and job: deploy/). "
+            f"Nothing was written."
+        )
+    log.info("%d Dask worker(s) run the same microagg, numpy, numba, pandas and pyarrow", len(workers))
 
 
 def _has_dashboard():

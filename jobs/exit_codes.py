@@ -12,7 +12,8 @@ code  meaning
 3     release gate failure (``ReleaseGateError``): the release failed its k-anonymity or row-count
       check and was not written
 4     cluster failure (``ClusterError``): the Dask scheduler cannot be reached within the connect
-      timeout, or the cluster failed during the job (a worker killed beyond the retries:
+      timeout, its workers run other versions of the packages that shape a release
+      (``jobs.cluster.check_workers``), or the cluster failed during the job (a worker killed beyond the retries:
       ``KilledWorker``; the connection to the scheduler lost: ``CommClosedError``, a refused or
       reset connection, futures cancelled because the scheduler went away); nothing was written
 130   interrupted (SIGINT / Ctrl-C); nothing was written

@@ -34,3 +34,33 @@ def test_cli_on_an_existing_cluster(tmp_path, scheduler):
     report = json.loads((remote / "_report.json").read_text())
     assert report["workers"]["count"] == 2 and report["tasks"] >= 2
     assert_k_anonymous(pd.read_parquet(remote), QI, 5)
+
+
+def test_workers_with_other_package_versions_are_refused(scheduler):
+    """The client checks the workers' microagg, numpy, numba, pandas and pyarrow before reading
+    anything: the real workers match; a client that sees other versions refuses the cluster with a
+    ClusterError naming the worker, the package and both versions."""
+    from distributed import Client
+
+    from microagg.jobs import cluster
+    from microagg.pipeline.errors import ClusterError
+
+    with Client(scheduler, timeout="10s") as client:
+        cluster.check_workers(client)  # same venv: passes
+        here = cluster.package_versions()
+        with pytest.raises(ClusterError) as caught:
+            cluster.check_workers(client, {**here, "numba": "0.0.1"})
+    message = str(caught.value)
+    assert message.startswith("2 package version(s) differ")
+    assert f"numba {here['numba']} (here 0.0.1)" in message and "tcp://127.0.0.1:" in message
+
+
+def test_version_mismatches_lists_every_difference():
+    from microagg.jobs.cluster import version_mismatches
+
+    here = {"microagg": "0.2.0", "numpy": "2.4.6", "numba": "0.68.1", "pandas": "3.1.1", "pyarrow": "26.0.1"}
+    workers = {"tcp://b:1": dict(here), "tcp://a:1": {**here, "microagg": None, "pyarrow": "25.0.0"}}
+    assert version_mismatches(here, workers) == [
+        "worker tcp://a:1: microagg not installed (here 0.2.0)",
+        "worker tcp://a:1: pyarrow 25.0.0 (here 26.0.1)",
+    ]
