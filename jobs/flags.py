@@ -18,7 +18,7 @@ def add_cluster_arguments(parser, scheduler_note=""):
                              "costs start-up and transfers) instead of as threads of this process (default: "
                              "measured faster, the kernels release the GIL)")
     parser.add_argument("--memory-limit", default="auto",
-                        help="memory limit per local worker, e.g. 4GiB (default auto)")
+                        help="memory limit per local worker, e.g. 4GiB (at least 512MiB; 0: none; default auto)")
 
 
 def add_risk_arguments(parser, note=""):

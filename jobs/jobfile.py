@@ -206,19 +206,14 @@ def _scheduler(value):
 
 
 def _memory(value):
-    from dask.utils import parse_bytes
+    from .cluster import memory_limit_problem
 
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    if isinstance(value, str):
-        if value == "auto":
-            return value
-        try:
-            if parse_bytes(value) > 0:
-                return value
-        except (ValueError, TypeError):
-            pass
-    raise _Bad('must be "auto", a size such as "4GiB" or a number of bytes')
+    if not (isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))) or value == "":
+        raise _Bad('must be "auto", a size such as "4GiB", a number of bytes, or 0 for no limit')
+    problem = memory_limit_problem(value)
+    if problem:
+        raise _Bad(problem)
+    return value
 
 
 def _seconds(value):

@@ -166,3 +166,12 @@ def test_threaded_local_cluster_runs_blas_on_one_thread():
             assert blas_threads() == [1] * len(before)
             assert client.submit(blas_threads).result() == [1] * len(before)  # seen from a worker thread
         assert blas_threads() == before
+
+
+def test_a_memory_limit_below_a_workers_idle_footprint_is_refused(tmp_path):
+    """Exit 2 before any cluster starts (a worker below its idle footprint would stall), nothing written."""
+    out = tmp_path / "out"
+    proc = microagg_cli("anonymize", CENSUS_CSV, out, "--k", 3, "--processes", "--memory-limit", "200MiB")
+    assert proc.returncode == 2
+    assert "--memory-limit 200MiB: 200.00 MiB per worker is below the 512.00 MiB minimum" in proc.stderr
+    assert not out.exists() and not list(tmp_path.iterdir())

@@ -305,6 +305,8 @@ BAD = [
     ("[input]\npath = 'data/'\n[output]\npath = 'data/release'\n[anonymize]\nk = 5\n", "lies inside the input"),
     ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nquasi_identifiers = ['A']\n"
      "[evaluate]\nknown = [['B']]\n", "[evaluate] known: column(s) 'B' are not quasi-identifiers"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[cluster]\nprocesses = true\n"
+     "memory_limit = '256MiB'\n", "[cluster] memory_limit: 256.00 MiB per worker is below the 512.00 MiB minimum"),
     ("k = 5\n", 'top-level key "k": keys belong in a section ([anonymize] k)'),
     ("[input\n", "not valid TOML"),
 ]
