@@ -60,8 +60,8 @@ STITCHING = {
 def compact(labels):
     """Relabel to ``0..g-1`` in order of first appearance (any int64 ids, dense or sparse)."""
     labels = np.ascontiguousarray(labels, dtype=np.int64)
-    if len(labels) and labels.min() >= 0 and labels.max() < 4 * len(labels):
-        return groups.compact_labels(labels)[0]  # dense ids: one pass
+    if len(labels) and labels.min() >= 0 and labels.max() < max(4 * len(labels), 1 << 20):
+        return groups.compact_labels(labels)[0]  # ids below a bound: one pass (and an 8 MiB table at most)
     _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
