@@ -34,10 +34,12 @@ and the ratio to the first method's seconds.
 
 ``blocking``: the blocked solve in this process (one thread, no Dask) for several block layouts
 (``--layouts 5000/16/8,2500/32/6``: block size / blocks per task / neighbour groups of the stitching
-local search): CPU seconds and IL, the measurement behind the defaults.
+local search, optionally / band / upper band of the stitching, ``2500/32/6/0/0``: no stitching): CPU
+seconds and IL, the measurement behind the defaults.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -454,19 +456,24 @@ def blocking(args):
     solver = Solver.build("mdav", None, "none", None, 0)
     blocked.blocked_partition(Z[:50_000], args.k, solver, stitch.STITCHING["light"], threads=1)  # warm-up
     print(f"{len(Z):,} rows x 13 QIs, k={args.k}, mdav, --stitch light, one thread\n")
-    print("| block size | blocks per task | neighbour groups | blocks | CPU s | IL % |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| block size | blocks per task | neighbour groups | band / upper band | blocks | CPU s | IL % |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     default = stitch.NEIGHBORS
+    light = stitch.STITCHING["light"]
     try:
         for layout in args.layouts.split(","):
-            size, per_task, neighbours = (int(v) for v in layout.split("/"))
+            size, per_task, neighbours, *bands = layout.split("/")
+            size, per_task, neighbours = int(size), int(per_task), int(neighbours)
+            band, upper = (float(bands[0]), float(bands[1])) if bands else (light.band, light.upper_band)
+            settings = dataclasses.replace(light, band=band, upper_band=upper)  # band 0: no stitching
             stitch.NEIGHBORS = neighbours
             plan = blocked.Blocking(block_size=size, blocks_per_task=per_task)
             t = time.process_time()
-            labels, info = blocked.blocked_partition(Z, args.k, solver, stitch.STITCHING["light"], plan, threads=1)
+            labels, info = blocked.blocked_partition(Z, args.k, solver, settings, plan, threads=1)
             cpu = time.process_time() - t
             il = 100 * kernels.sse(Z, labels, int(labels.max()) + 1) / Z.size
-            print(f"| {size:,} | {per_task} | {neighbours} | {info['blocks']:,} | {cpu:.2f} | {il:.4f} |", flush=True)
+            print(f"| {size:,} | {per_task} | {neighbours} | {band:g} / {upper:g} | {info['blocks']:,} | {cpu:.2f} "
+                  f"| {il:.4f} |", flush=True)
     finally:
         stitch.NEIGHBORS = default
 
@@ -517,7 +524,7 @@ def main():
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
                         help="stream mode: write the HTML page too")
     parser.add_argument("--layouts", default="5000/16/8,2500/32/6,5000/16/8,2500/32/6",
-                        help="blocking mode: block size / blocks per task / neighbour groups, in order")
+                        help="blocking mode: block size / blocks per task / neighbour groups [/ band / upper band], in order")
     parser.add_argument("--modes", default=",".join(MODES), help="modes mode: which, in order")
     parser.add_argument("--methods", default="mdav,vmdav,dbm,mhm,auto", help="methods mode: which, in order")
     parser.add_argument("--rows", type=row_counts, default=[100_000],
