@@ -26,7 +26,6 @@ Library code owns no cluster: it runs on the active Dask client or scheduler.
 """
 
 import hmac
-import threading
 import json
 import logging
 import os
@@ -1298,8 +1297,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         released, report = build_release(ddf, options, timings, identifier_key, columns, keep)
         report["input_kept_in_memory"] = keep
         report.update(input=str(input_path), output=str(output))
-        # the page's data figures are drawn while the workers write (only the timings come later)
-        figures = _draw_figures(report) if page is not None else None
+        # the page's data figures are drawn now (only the timings' come later)
+        figures = _draw_figures(report, timings) if page is not None else None
         with timings.stage("write"):
             metadata = {k: report[k] for k in ("k", "method", "method_options", "refine", "refine_options",
                                                "stitch", "aggregate", "order", "seed", "noise", "epsilon",
@@ -1375,33 +1374,29 @@ def page_report(report):
     return page
 
 
-def _draw_figures(report):
-    """Start drawing the HTML page's data figures in a thread (see ``render_html``'s ``figures``):
-    ``(thread, figures)``."""
+def _draw_figures(report, timings):
+    """The HTML page's data figures (``render_html``'s ``figures`` cache), drawn before the write.
+
+    Not in a thread beside the write: drawing holds the interpreter lock, and the write's tasks (threads
+    of this process on the local default) then wait for it at every step. Measured at 1M rows: the
+    write stage took 2.2-2.7 s with the drawing beside it, 0.7-0.9 s after it (the drawing: 1.6-1.8 s);
+    at 10M, write and drawing together 8.7-9.9 s against 9.9-10.0 s (BENCHMARKS.md)."""
     from .report import render_html
 
     figures = {}
-
-    def draw(page):
+    with timings.stage("html"):
         try:
-            render_html(page, page.get("summary"), figures)
+            render_html(page_report(report), report.get("summary"), figures)
         except Exception:  # the final render draws what is missing, and reports any error itself
             pass
-
-    thread = threading.Thread(target=draw, args=(page_report(report),), name="microagg-report-figures", daemon=True)
-    thread.start()
-    return thread, figures
+    return figures
 
 
-def _write_page(path, report, timings, drawing=None):
-    """The HTML page at ``path``; ``drawing``: :func:`_draw_figures`'s result, if started."""
+def _write_page(path, report, timings, figures=None):
+    """The HTML page at ``path``; ``figures``: :func:`_draw_figures`'s result, if drawn."""
     from .report import write_html
 
     with timings.stage("html"):
-        figures = None
-        if drawing is not None:
-            thread, figures = drawing
-            thread.join()
         write_html(path, page_report(report), report.get("summary"), figures)
 
 
