@@ -33,6 +33,7 @@ def trim_freed_memory(threshold=65536):
 # worker peak RSS after a census job, --processes --workers 1). Dask pauses a worker at 80% of its
 # limit and restarts it at 95%: below this floor a worker would stall or restart before any task.
 MIN_WORKER_MEMORY = 512 * 2**20
+MEMORY_LIMIT_FORM = 'must be "auto", a size such as "4GiB", a number of bytes, or 0 for no limit'
 
 
 def memory_limit_problem(value):
@@ -45,9 +46,9 @@ def memory_limit_problem(value):
     try:
         limit = value if isinstance(value, int) and not isinstance(value, bool) else parse_bytes(value)
     except (ValueError, TypeError):
-        return 'must be "auto", a size such as "4GiB", a number of bytes, or 0 for no limit'
+        limit = -1
     if limit < 0:
-        return 'must be "auto", a size such as "4GiB", a number of bytes, or 0 for no limit'
+        return MEMORY_LIMIT_FORM
     if 0 < limit < MIN_WORKER_MEMORY:
         return (f"{format_bytes(limit)} per worker is below the {format_bytes(MIN_WORKER_MEMORY)} minimum: an idle "
                 f"worker with microagg's kernels loaded already holds about 275 MiB, and Dask pauses a worker "

@@ -206,10 +206,10 @@ def _scheduler(value):
 
 
 def _memory(value):
-    from .cluster import memory_limit_problem
+    from .cluster import MEMORY_LIMIT_FORM, memory_limit_problem
 
     if not (isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))) or value == "":
-        raise _Bad('must be "auto", a size such as "4GiB", a number of bytes, or 0 for no limit')
+        raise _Bad(MEMORY_LIMIT_FORM)
     problem = memory_limit_problem(value)
     if problem:
         raise _Bad(problem)
