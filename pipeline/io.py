@@ -4,13 +4,14 @@ import logging
 import os
 import shutil
 import socket
+import threading
 import uuid
 from importlib.resources import files
 
 import dask.dataframe as dd
 import fsspec
 
-from .errors import InputError
+from .errors import InputError, MicroaggError
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +78,17 @@ def read_input(path, blocksize="64MB"):
 # --- atomic commit --------------------------------------------------------------------------------
 # A release is written into a hidden sibling directory ``.NAME.microagg-tmp-HOST-PID-UUID`` and only
 # renamed to NAME once complete and checked. A previous release at NAME (recognised by its _SUCCESS
-# marker) is moved aside, replaced, then deleted. Temporary directories left by a killed job on this
-# host are removed by the next job writing the same output: a job is dead if its PID is gone, a
-# zombie, or now a process that started after the directory last changed (a reused PID: a restarted
-# container's job is often PID 1 again). Directories of jobs on other hosts are left alone (their
-# PIDs cannot be checked from here).
+# marker) is moved aside, replaced, then deleted. Temporary directories left by a job that was killed
+# are removed by the next job writing the same output:
+# - a job on this host is dead if its PID is gone, a zombie, or now a process that started after the
+#   directory last changed (a reused PID: a restarted container's job is often PID 1 again);
+# - a job on another host (a shared filesystem; a Kubernetes CronJob's pod has a new host name at
+#   every run) cannot be checked by PID. While it runs, a thread of the job refreshes the mtime of its
+#   lease file (``_LEASE`` in its temporary directory) every LEASE_REFRESH seconds; the directory is
+#   stale once its lease is older than LEASE_EXPIRY, by the filesystem's own clock (the mtime of the
+#   new job's just-made directory), so clock skew between hosts does not matter.
+# The lease file is also the commit's proof that the directory is still the job's own: a job whose
+# directory was removed meanwhile fails rather than committing what another job left of it.
 
 SUCCESS_MARKER = "_SUCCESS"
 
@@ -106,30 +113,43 @@ def prepare_output(output):
                 f"remove it or choose another path"
             )
     host = socket.gethostname()
-    for entry in sorted(os.listdir(head)):
-        if entry.startswith(prefix):
-            _recover_stale(os.path.join(head, entry), entry[len(prefix):], host, output)
     tmp = os.path.join(head, f"{prefix}tmp-{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     os.mkdir(tmp)
+    try:
+        _Lease(tmp)
+        now = os.stat(tmp).st_mtime  # the filesystem's clock
+        for entry in sorted(os.listdir(head)):
+            if entry.startswith(prefix) and os.path.join(head, entry) != tmp:
+                _recover_stale(os.path.join(head, entry), entry[len(prefix):], host, output, now)
+    except BaseException:
+        discard_output(tmp)
+        raise
     return tmp
 
 
-def _recover_stale(path, tag, host, output):
-    """Clean up after a job on this host that died: drop its temporary, restore a moved-aside release."""
+def _recover_stale(path, tag, host, output, now):
+    """Clean up after a job that died: drop its temporary, restore a moved-aside release. ``now``:
+    the filesystem's clock."""
     try:
         kind, rest = tag.split("-", 1)
         entry_host, pid, _ = rest.rsplit("-", 2)
         pid = int(pid)
     except ValueError:
         return
-    if entry_host != host or kind not in ("tmp", "old"):
+    if kind not in ("tmp", "old"):
         return
-    try:
-        changed = os.stat(path).st_ctime  # a rename (moving a release aside) counts as a change
+    try:  # the lease's last refresh; without one (not yet made; a moved-aside release), the
+        changed = os.stat(os.path.join(path, LEASE)).st_mtime  # directory's last change, a rename included
     except OSError:
-        return  # gone meanwhile
-    if _job_running(pid, changed):
-        return
+        try:
+            changed = os.stat(path).st_ctime
+        except OSError:
+            return  # gone meanwhile
+    if entry_host == host:
+        if _job_running(pid, changed):
+            return
+    elif now - changed <= LEASE_EXPIRY:
+        return  # another host's job, maybe still running
     if kind == "old" and not os.path.exists(output):
         log.warning("restoring the previous release %s moved aside by a job that did not finish", output)
         os.rename(path, output)
@@ -175,6 +195,14 @@ def _process_start(pid):
 def commit_output(tmp, output):
     """Mark ``tmp`` complete and move it to ``output``, replacing a previous release."""
     output = os.path.abspath(output)
+    _Lease.end(tmp)
+    try:
+        os.remove(os.path.join(tmp, LEASE))
+    except FileNotFoundError:
+        raise MicroaggError(
+            f"the temporary directory {tmp} lost its lease file while the job ran (another job took it "
+            f"for a dead job's and removed it?); nothing committed, the previous release, if any, is intact"
+        ) from None
     with open(os.path.join(tmp, SUCCESS_MARKER), "w"):
         pass
     old = None
@@ -188,4 +216,47 @@ def commit_output(tmp, output):
 
 
 def discard_output(tmp):
+    _Lease.end(tmp)
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+LEASE = "_LEASE"
+"""A running job's lease on its temporary directory (readers of Parquet datasets skip ``_`` files)."""
+LEASE_REFRESH = 60.0
+"""Seconds between refreshes of a running job's lease."""
+LEASE_EXPIRY = 3600.0
+"""Seconds after which another host's temporary directory whose lease was not refreshed is stale.
+Generous: removing a live job's directory costs that job (its commit then fails), and a dead job's
+directory waits at most this long beyond the next run that finds it."""
+
+
+class _Lease:
+    """The lease file of a job's temporary directory, refreshed by a daemon thread until ``end``."""
+
+    _running = {}
+    _lock = threading.Lock()
+
+    def __init__(self, tmp):
+        self.path = os.path.join(tmp, LEASE)
+        with open(self.path, "w") as fh:
+            fh.write(f"{socket.gethostname()} {os.getpid()}\n")
+        self.stop = threading.Event()
+        with self._lock:
+            self._running[tmp] = self
+        self.thread = threading.Thread(target=self._refresh, name="microagg-lease", daemon=True)
+        self.thread.start()
+
+    def _refresh(self):
+        while not self.stop.wait(LEASE_REFRESH):
+            try:
+                os.utime(self.path)
+            except OSError:
+                return  # the directory is gone: the commit will say so
+
+    @classmethod
+    def end(cls, tmp):
+        with cls._lock:
+            lease = cls._running.pop(tmp, None)
+        if lease is not None:
+            lease.stop.set()
+            lease.thread.join(timeout=5)

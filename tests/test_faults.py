@@ -1,6 +1,7 @@
 """Faults on real processes: a worker killed in the middle of a job (the job completes, byte-identical
 to an undisturbed run), the job itself killed or interrupted in the middle of its blocks stage (no
-partial release, a previous release intact, the temporary directory cleaned up by the next run).
+partial release, a previous release intact, the temporary directory cleaned up by the next run), and
+the temporary directories of jobs on other hosts (their leases).
 
 The jobs run as ``microagg --log-format json`` subprocesses, each in a process group of its own; the
 tests follow their stages on stderr and the cluster's tasks through a ``distributed.Client``.
@@ -8,6 +9,7 @@ tests follow their stages on stderr and the cluster's tasks through a ``distribu
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,7 +22,9 @@ import pandas as pd
 import pytest
 
 from conftest import assert_k_anonymous, dask_processes, microagg_cli
+from microagg.jobs.cluster import PEER_CONNECT_TIMEOUT
 from microagg.pipeline import io
+from microagg.pipeline.errors import MicroaggError
 from microagg.pipeline.generate import IDENTIFIERS, QUASI_IDENTIFIERS
 
 BIN = Path(sys.executable).parent
@@ -121,9 +125,9 @@ def temporaries(out):
 def scheduler(tmp_path):
     """Scheduler + 2 single-threaded workers under nannies (a killed worker process is restarted, as
     in deploy/plain), as subprocesses; killed at the end. The workers give up connecting to a dead
-    peer after 5 s instead of Dask's default 30 s: a worker that was fetching from the killed one
-    waits that long before the scheduler's recomputation reaches it."""
-    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"}
+    peer after deploy/'s PEER_CONNECT_TIMEOUT instead of Dask's default 30 s: a worker that was
+    fetching from the killed one waits that long before the scheduler's recomputation reaches it."""
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": PEER_CONNECT_TIMEOUT}
     with dask_processes(tmp_path, env=env) as address:
         yield address
 
@@ -273,3 +277,73 @@ def test_a_reused_pid_does_not_keep_a_dead_jobs_directory():
         later.kill()
         later.wait()
     assert not io._job_running(later.pid, changed=now)
+
+
+# --- leases: temporary directories of jobs on other hosts -------------------------------------------
+
+def _other_hosts_dir(tmp_path, kind="tmp", lease_age=None):
+    """A directory as a job on another host leaves it; its lease refreshed ``lease_age`` s ago."""
+    path = tmp_path / f".release.microagg-{kind}-pod-nightly-export-29174-1-0123456789ab"
+    path.mkdir()
+    (path / "part-00000.parquet").write_bytes(b"partial")
+    if lease_age is not None:
+        (path / io.LEASE).write_text("pod-nightly-export-29174 1\n")
+        then = time.time() - lease_age
+        os.utime(path / io.LEASE, (then, then))
+    return path
+
+
+def test_another_hosts_directory_is_removed_once_its_lease_expires(tmp_path):
+    expired = _other_hosts_dir(tmp_path, lease_age=io.LEASE_EXPIRY + 60)
+    io.discard_output(io.prepare_output(tmp_path / "release"))
+    assert not expired.exists()
+    live = _other_hosts_dir(tmp_path, lease_age=io.LEASE_EXPIRY - 60)
+    io.discard_output(io.prepare_output(tmp_path / "release"))
+    assert live.exists() and (live / "part-00000.parquet").exists()
+    shutil.rmtree(live)
+    unleased = _other_hosts_dir(tmp_path)  # made just now, its lease not yet written: kept
+    io.discard_output(io.prepare_output(tmp_path / "release"))
+    assert unleased.exists()
+
+
+def test_a_release_another_host_moved_aside_is_restored_once_it_is_stale(tmp_path, monkeypatch):
+    aside = _other_hosts_dir(tmp_path, kind="old")
+    (aside / io.SUCCESS_MARKER).touch()
+    io.discard_output(io.prepare_output(tmp_path / "release"))
+    assert aside.exists() and not (tmp_path / "release").exists()  # moved aside just now: maybe live
+    monkeypatch.setattr(io, "LEASE_EXPIRY", -1.0)  # as if an hour had passed
+    io.discard_output(io.prepare_output(tmp_path / "release"))
+    assert not aside.exists() and (tmp_path / "release" / "part-00000.parquet").read_bytes() == b"partial"
+
+
+def test_a_running_job_refreshes_its_lease_and_commits_without_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(io, "LEASE_REFRESH", 0.05)
+    out = tmp_path / "release"
+    tmp = io.prepare_output(out)
+    lease = Path(tmp) / io.LEASE
+    then = time.time() - 1000
+    os.utime(lease, (then, then))
+    deadline = time.monotonic() + 10
+    while lease.stat().st_mtime < then + 500:  # refreshed by the job's thread
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    (Path(tmp) / "part-00000.parquet").write_bytes(b"complete")
+    io.commit_output(tmp, out)
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "part-00000.parquet"]
+    assert not [t for t in threading.enumerate() if t.name == "microagg-lease"]  # its thread ended
+    assert not temporaries(out)
+
+
+def test_a_job_whose_directory_was_taken_commits_nothing(tmp_path):
+    out = tmp_path / "release"
+    microagg_cli("generate", out, "--rows", 1000, "--files", 1, "--seed", 1, "--scheduler", "synchronous",
+                 check=True, timeout=120)
+    previous = all_files(out)
+    tmp = io.prepare_output(out)
+    shutil.rmtree(tmp)  # removed by another job, which took it for a dead job's
+    Path(tmp).mkdir()  # and recreated by this job's writers
+    (Path(tmp) / "part-00001.parquet").write_bytes(b"what is left")
+    with pytest.raises(MicroaggError, match="lost its lease file"):
+        io.commit_output(tmp, out)
+    io.discard_output(tmp)
+    assert all_files(out) == previous and not temporaries(out)
