@@ -11,6 +11,14 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = "10s"
 
+PEER_CONNECT_TIMEOUT = "10s"
+"""Dask's ``distributed.comm.timeouts.connect`` for the workers microagg starts or deploys (the
+embedded cluster with ``--processes``; deploy/'s image, plain recipe and Slurm scripts set the same in
+the environment: ``DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT``). Dask retries a refused connection
+until this timeout, 30 s by default: after a worker process is killed, a peer that was fetching data
+from it waits that long before the scheduler's recomputation reaches it. The kernels release the
+GIL, so a live worker answers well within 10 s."""
+
 
 def default_workers():
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
@@ -104,14 +112,15 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
                  "process(es)" if processes else "(threads of this process)", threads_per_worker)
         if not processes:
             trim_freed_memory()
-        cluster = LocalCluster(
-            n_workers=n,
-            threads_per_worker=threads_per_worker,
-            processes=processes,
-            memory_limit=memory_limit,
-            dashboard_address=":0" if _has_dashboard() else None,
-            silence_logs=logging.DEBUG if log.isEnabledFor(logging.DEBUG) else logging.ERROR,
-        )
+        with dask.config.set({"distributed.comm.timeouts.connect": PEER_CONNECT_TIMEOUT}):
+            cluster = LocalCluster(  # worker processes take the configuration they start with
+                n_workers=n,
+                threads_per_worker=threads_per_worker,
+                processes=processes,
+                memory_limit=memory_limit,
+                dashboard_address=":0" if _has_dashboard() else None,
+                silence_logs=logging.DEBUG if log.isEnabledFor(logging.DEBUG) else logging.ERROR,
+            )
         try:
             with one_blas_thread() if not processes else contextlib.nullcontext(), Client(cluster) as client:
                 yield client

@@ -168,6 +168,20 @@ def test_threaded_local_cluster_runs_blas_on_one_thread():
         assert blas_threads() == before
 
 
+def test_local_worker_processes_give_up_on_a_dead_peer_sooner():
+    """--processes: the worker processes connect with PEER_CONNECT_TIMEOUT (a killed peer stalls
+    their fetches that long, not Dask's 30 s); this process's configuration is left as it was."""
+    import dask
+
+    from microagg.jobs.cluster import PEER_CONNECT_TIMEOUT, dask_client
+
+    before = dask.config.get("distributed.comm.timeouts.connect")
+    with dask_client("local", workers=2, threads_per_worker=1, processes=True) as client:
+        timeouts = client.run(lambda: __import__("dask").config.get("distributed.comm.timeouts.connect"))
+    assert sorted(timeouts.values()) == [PEER_CONNECT_TIMEOUT] * 2
+    assert dask.config.get("distributed.comm.timeouts.connect") == before
+
+
 def test_a_memory_limit_below_a_workers_idle_footprint_is_refused(tmp_path):
     """Exit 2 before any cluster starts (a worker below its idle footprint would stall), nothing written."""
     out = tmp_path / "out"

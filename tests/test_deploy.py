@@ -16,6 +16,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from microagg.jobs.cluster import PEER_CONNECT_TIMEOUT
+
 from conftest import CENSUS_CSV, ROOT, assert_k_anonymous, cluster_address, stop_processes
 
 DEPLOY = ROOT / "deploy"
@@ -475,6 +477,17 @@ def test_dockerignore_lets_through_what_the_image_copies():
                 assert source.rstrip("/") in allowed, f"{source} is excluded from the build context"
 
 
+def test_every_way_of_starting_workers_shortens_the_connect_timeout():
+    """A worker killed mid-job stalls its peers' fetches for Dask's connect timeout (30 s by default):
+    the image, the plain recipe and both Slurm examples set jobs/cluster.py's PEER_CONNECT_TIMEOUT."""
+    setting = re.compile(r"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=\"?(?:\$\{DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT:-)?"
+                         r"([0-9]+s)")
+    for path in (DEPLOY / "Dockerfile", DEPLOY / "plain" / "start-worker.sh",
+                 DEPLOY / "slurm" / "microagg-export.sbatch", DEPLOY / "slurm" / "jobqueue_export.py"):
+        values = setting.findall(path.read_text())
+        assert values == [PEER_CONNECT_TIMEOUT], f"{rel(path)}: {values}"
+
+
 @pytest.mark.slow
 def test_warm_up_compiles_every_kernel():
     """What the image build runs (`--strict` fails the build when a new kernel is not warmed up)."""
@@ -554,6 +567,11 @@ def test_plain_recipe_runs_anonymize_on_the_cluster(tmp_path, plain_cluster):
                            "--scheduler", plain_cluster], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert_release(out, 5)
+    from distributed import Client
+
+    with Client(plain_cluster, timeout="30s") as client:  # the workers took start-worker.sh's setting
+        timeouts = client.run(lambda: __import__("dask").config.get("distributed.comm.timeouts.connect"))
+    assert sorted(timeouts.values()) == [PEER_CONNECT_TIMEOUT] * 2
 
 
 def _processes_mentioning(text):

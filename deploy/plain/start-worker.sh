@@ -17,6 +17,10 @@ if [ $# -lt 1 ]; then
     exit 2
 fi
 
+# A killed peer stalls this worker's fetches from it for the connect timeout: 10 s, not Dask's 30 s
+# (jobs/cluster.py: PEER_CONNECT_TIMEOUT).
+export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="${DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT:-10s}"
+
 exec "${DASK:-dask}" worker \
     --nthreads "${NTHREADS:-$(nproc)}" \
     --nworkers 1 \

@@ -70,6 +70,8 @@ def main(argv=None):
         job_script_prologue=[
             f"export NUMBA_CACHE_DIR={cache}",  # shared and writable: kernels compiled once, then reused
             "export NUMBA_CPU_NAME=generic",    # one cache for every node of a mixed partition
+            # a killed peer stalls fetches for 10 s, not Dask's 30 (jobs/cluster.py: PEER_CONNECT_TIMEOUT)
+            "export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=10s",
         ],
         local_directory=args.local_directory,
         log_directory=args.log_directory,
