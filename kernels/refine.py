@@ -105,8 +105,10 @@ def _set_centroids(sums, size, cent, a, b):
 
 
 @jit
-def _move(Z, members, size, sums, cent, labels, a, slot, b):
+def _move(Z, members, size, sums, cent, labels, a, slot, b, version):
     """Move the record at ``members[a, slot]`` from group a to group b; their cached centroids follow."""
+    version[a] += 1
+    version[b] += 1
     row = members[a, slot]
     last = size[a] - 1
     members[a, slot] = members[a, last]
@@ -118,6 +120,35 @@ def _move(Z, members, size, sums, cent, labels, a, slot, b):
         sums[a, j] -= Z[row, j]
         sums[b, j] += Z[row, j]
     _set_centroids(sums, size, cent, a, b)
+
+
+@jit
+def _idle(idle, idle_version, version, a, b):
+    """Whether the pair (a, b) was evaluated, in either order, without an improving move or swap,
+    and neither group has changed since: the same evaluation would find nothing again."""
+    for g, h in ((a, b), (b, a)):
+        for u in range(idle.shape[1]):
+            if idle[g, u] == h and idle_version[g, u, 0] == version[g] and idle_version[g, u, 1] == version[h]:
+                return True
+    return False
+
+
+@jit
+def _remember_idle(idle, idle_version, version, a, b):
+    """Record that the pair (a, b) offers no improving move or swap in the groups' current versions
+    (in the slot of an older record of the pair, else in the slot after a's last record)."""
+    slots = idle.shape[1]
+    at = -1
+    for u in range(slots):
+        if idle[a, u] == b:
+            at = u
+            break
+    if at < 0:
+        at = idle_version[a, 0, 2] % slots
+        idle_version[a, 0, 2] += 1
+    idle[a, at] = b
+    idle_version[a, at, 0] = version[a]
+    idle_version[a, at, 1] = version[b]
 
 
 @jit
@@ -178,6 +209,14 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
     yr_buf = np.empty(capacity)
     own = np.empty(n)                        # squared distance of each row to its group's centroid
     fresh = np.zeros(n_groups, dtype=np.bool_)  # own[] is current for the group's members
+    # Pairs known to offer nothing: ``version[g]`` counts the changes of group g; ``idle[a, u] = b``
+    # with ``idle_version[a, u, :2]`` = the versions of a and b when the pair was last evaluated
+    # without an improving move or swap (``idle_version[a, 0, 2]``: a's next slot to reuse). Such
+    # a pair is skipped, within a sweep (from b's side, after a's) and in later sweeps: every
+    # quantity of its evaluation (members, sizes, sums, centroids) is what it was then.
+    version = np.zeros(n_groups, dtype=np.int64)
+    idle = np.full((n_groups, n_neighbors), -1, dtype=np.int64)
+    idle_version = np.zeros((n_groups, n_neighbors, 3), dtype=np.int64)
     changes = 0
     for _ in range(max_sweeps):
         nb = _nearest_groups(sums, size, alive, n_neighbors)
@@ -224,7 +263,7 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                 if cost < gain - eps:
                     while size[a] > 0:
                         t = size[a] - 1
-                        _move(Z, members, size, sums, cent, labels, a, t, nb[a, target[t]])
+                        _move(Z, members, size, sums, cent, labels, a, t, nb[a, target[t]], version)
                         fresh[nb[a, target[t]]] = False
                     alive[a] = False
                     changed += 1
@@ -232,6 +271,8 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
             for u in range(n_neighbors):
                 b = nb[a, u]
                 if b < 0 or not alive[b] or not alive[a]:
+                    continue
+                if _idle(idle, idle_version, version, a, b):
                     continue
                 ca = cent[a]
                 cb = cent[b]
@@ -263,7 +304,7 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                             src, slot = b, t
                             break
                 if src >= 0:
-                    _move(Z, members, size, sums, cent, labels, src, slot, b if src == a else a)
+                    _move(Z, members, size, sums, cent, labels, src, slot, b if src == a else a, version)
                     fresh[a] = False
                     fresh[b] = False
                     changed += 1
@@ -304,9 +345,13 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                         sums[a, j] += Z[y, j] - Z[x, j]
                         sums[b, j] += Z[x, j] - Z[y, j]
                     _set_centroids(sums, size, cent, a, b)
+                    version[a] += 1
+                    version[b] += 1
                     fresh[a] = False
                     fresh[b] = False
                     changed += 1
+                else:
+                    _remember_idle(idle, idle_version, version, a, b)
         changes += changed
         if changed == 0:
             break
