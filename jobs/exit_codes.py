@@ -10,7 +10,8 @@ code  meaning
 2     bad input, bad options or a bad job file (``InputError``): the message names the column,
       option or ``[section] key``; nothing was written. Also argparse's usage errors
 3     release gate failure (``ReleaseGateError``): the release failed its k-anonymity or row-count
-      check and was not written
+      check, or its temporary directory was removed by another job while it ran (``pipeline.io``'s
+      lease), and was not written
 4     cluster failure (``ClusterError``): the Dask scheduler cannot be reached within the connect
       timeout, its workers run other versions of the packages that shape a release
       (``jobs.cluster.check_workers``), or the cluster failed during the job (a worker killed beyond the retries:

@@ -11,7 +11,7 @@ from importlib.resources import files
 import dask.dataframe as dd
 import fsspec
 
-from .errors import InputError, MicroaggError
+from .errors import InputError, ReleaseGateError
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ def commit_output(tmp, output):
     try:
         os.remove(os.path.join(tmp, LEASE))
     except FileNotFoundError:
-        raise MicroaggError(
+        raise ReleaseGateError(
             f"the temporary directory {tmp} lost its lease file while the job ran (another job took it "
             f"for a dead job's and removed it?); nothing committed, the previous release, if any, is intact"
         ) from None

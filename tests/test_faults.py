@@ -24,7 +24,7 @@ import pytest
 from conftest import assert_k_anonymous, dask_processes, microagg_cli
 from microagg.jobs.cluster import PEER_CONNECT_TIMEOUT
 from microagg.pipeline import io
-from microagg.pipeline.errors import MicroaggError
+from microagg.pipeline.errors import ReleaseGateError
 from microagg.pipeline.generate import IDENTIFIERS, QUASI_IDENTIFIERS
 
 BIN = Path(sys.executable).parent
@@ -343,7 +343,7 @@ def test_a_job_whose_directory_was_taken_commits_nothing(tmp_path):
     shutil.rmtree(tmp)  # removed by another job, which took it for a dead job's
     Path(tmp).mkdir()  # and recreated by this job's writers
     (Path(tmp) / "part-00001.parquet").write_bytes(b"what is left")
-    with pytest.raises(MicroaggError, match="lost its lease file"):
+    with pytest.raises(ReleaseGateError, match="lost its lease file"):
         io.commit_output(tmp, out)
     io.discard_output(tmp)
     assert all_files(out) == previous and not temporaries(out)
