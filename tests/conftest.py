@@ -106,3 +106,20 @@ def assert_refused(tmp_path, df, qi, k, flags, message):
 def assert_k_anonymous(released, qi, k):
     counts = released.groupby(qi, sort=False).size()
     assert counts.min() >= k, f"a QI tuple occurs {counts.min()} < k={k} times"
+
+
+@pytest.fixture
+def broken_method(monkeypatch):
+    """The gate's test hook: a method named "broken" whose labels look valid but leave the last record
+    alone in its group (the release is not k-anonymous for any k > 1)."""
+    import numpy as np
+
+    from microagg.pipeline import methods
+
+    def broken(Z, k):
+        labels = np.arange(len(Z), dtype=np.int64) // k
+        labels[-1] = labels.max() + 1
+        return labels
+
+    monkeypatch.setitem(methods.METHODS, "broken", methods.Method("broken", "", "test hook", broken))
+    return "broken"

@@ -192,19 +192,11 @@ def test_hash_identifiers(tmp_path, data):
     assert not (tmp_path / "nokey").exists()
 
 
-def test_gate_refuses_blocked_release_from_broken_partitioner(tmp_path, data, monkeypatch):
-    from microagg.pipeline import methods
+def test_gate_refuses_blocked_release_from_broken_partitioner(tmp_path, data, broken_method):
     from microagg.pipeline.errors import ReleaseGateError
     from microagg.pipeline.release import ReleaseOptions, run
 
     root, _ = data
-
-    def broken(Z, k):  # valid-looking but one group is a single record
-        labels = np.arange(len(Z), dtype=np.int64) // k
-        labels[-1] = labels.max() + 1
-        return labels
-
-    monkeypatch.setitem(methods.METHODS, "broken", methods.Method("broken", "", "test hook", broken))
     out = tmp_path / "release"
     with dask.config.set(scheduler="synchronous"):
         with pytest.raises(ReleaseGateError, match="not 4-anonymous"):

@@ -9,7 +9,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -150,15 +149,7 @@ def test_unreachable_scheduler_is_a_cluster_failure_and_fails_fast(workspace, tm
 
 # --- in-process runs ---------------------------------------------------------------------------------------
 
-def test_gate_failure_exits_3_and_leaves_nothing(workspace, monkeypatch, capsys):
-    from microagg.pipeline import methods
-
-    def broken(Z, k):  # valid-looking labels, but the last record is alone
-        labels = np.arange(len(Z), dtype=np.int64) // k
-        labels[-1] = labels.max() + 1
-        return labels
-
-    monkeypatch.setitem(methods.METHODS, "broken", methods.Method("broken", "", "test hook", broken))
+def test_gate_failure_exits_3_and_leaves_nothing(workspace, broken_method, capsys):
     jobs, _ = workspace
     job = _write(jobs, "gate.toml", SMALL_JOB.replace("k = 4", 'k = 4\nmethod = "broken"'))
     code, _, err = _main(capsys, "run", job, "--date", "2026-03-07")

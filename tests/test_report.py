@@ -22,7 +22,7 @@ import pytest
 from conftest import CENSUS_CSV, microagg_cli
 from synthetic import extract
 from microagg.jobs import cli
-from microagg.pipeline import methods, metrics, release, report
+from microagg.pipeline import metrics, release, report
 
 EVIL = "<script>alert(1)</script>"
 PLOTS = ("histogram of group sizes", "histograms of every quasi-identifier, original and masked",
@@ -425,13 +425,7 @@ def test_no_html_and_a_page_beside_the_report(tmp_path, run_cli):
     assert not (tmp_path / "out" / "_report.html").exists()
 
 
-def test_no_page_anywhere_after_bad_input_or_a_failed_gate(tmp_path, run_cli, monkeypatch):
-    def broken(Z, k):  # valid-looking labels, but the last record is alone
-        labels = np.arange(len(Z), dtype=np.int64) // k
-        labels[-1] = labels.max() + 1
-        return labels
-
-    monkeypatch.setitem(methods.METHODS, "broken", methods.Method("broken", "", "test hook", broken))
+def test_no_page_anywhere_after_bad_input_or_a_failed_gate(tmp_path, run_cli, broken_method):
     source = tmp_path / "in.csv"
     pd.read_csv(CENSUS_CSV).iloc[:200].to_csv(source, index=False)
     for flags, code, message in ((["--method", "broken"], 3, "not 4-anonymous"),
