@@ -217,7 +217,8 @@ def test_ctrl_c_in_the_middle_exits_130_and_leaves_nothing(tmp_path, data):
     try:
         job.wait_for(split_tree, "split tree")
         job.signal(signal.SIGINT)
-        assert job.finish(timeout=60) == 130
+        code = job.finish(timeout=60)
+        assert code == 130, (code, [e for e in job.events if e.get("event") in ("stage", "failed", "finished")])
     finally:
         job.stop()
     (failed,) = [e for e in job.events if e.get("event") == "failed"]
