@@ -48,9 +48,19 @@ class Job:
     (one JSON object each: jobs/logs.py)."""
 
     def __init__(self, *args):
-        self.proc = subprocess.Popen([str(BIN / "microagg"), "--log-format", "json", *map(str, args)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+        # A test run in the background of a shell without job control (nohup, `&` in a script)
+        # ignores SIGINT, and a child inherits that: the job then ignores Ctrl-C. It starts with
+        # Python's usual handler, as from a terminal (the handler itself is reset to the default by exec).
+        ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        if ignored:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            self.proc = subprocess.Popen([str(BIN / "microagg"), "--log-format", "json", *map(str, args)],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                         start_new_session=True)
+        finally:
+            if ignored:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.events = []
         self._ended = False
         self._changed = threading.Condition()
