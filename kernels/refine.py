@@ -134,9 +134,9 @@ def _idle(idle, idle_version, version, a, b):
 
 
 @jit
-def _remember_idle(idle, idle_version, version, a, b):
+def _remember_idle(idle, idle_version, idle_next, version, a, b):
     """Record that the pair (a, b) offers no improving move or swap in the groups' current versions
-    (in the slot of an older record of the pair, else in the slot after a's last record)."""
+    (in the slot of an older record of the pair, else in a's next slot, round robin)."""
     slots = idle.shape[1]
     at = -1
     for u in range(slots):
@@ -144,8 +144,8 @@ def _remember_idle(idle, idle_version, version, a, b):
             at = u
             break
     if at < 0:
-        at = idle_version[a, 0, 2] % slots
-        idle_version[a, 0, 2] += 1
+        at = idle_next[a] % slots
+        idle_next[a] += 1
     idle[a, at] = b
     idle_version[a, at, 0] = version[a]
     idle_version[a, at, 1] = version[b]
@@ -210,13 +210,14 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
     own = np.empty(n)                        # squared distance of each row to its group's centroid
     fresh = np.zeros(n_groups, dtype=np.bool_)  # own[] is current for the group's members
     # Pairs known to offer nothing: ``version[g]`` counts the changes of group g; ``idle[a, u] = b``
-    # with ``idle_version[a, u, :2]`` = the versions of a and b when the pair was last evaluated
-    # without an improving move or swap (``idle_version[a, 0, 2]``: a's next slot to reuse). Such
+    # with ``idle_version[a, u]`` = the versions of a and b when the pair was last evaluated
+    # without an improving move or swap (``idle_next[a]``: a's next slot to reuse). Such
     # a pair is skipped, within a sweep (from b's side, after a's) and in later sweeps: every
     # quantity of its evaluation (members, sizes, sums, centroids) is what it was then.
     version = np.zeros(n_groups, dtype=np.int64)
     idle = np.full((n_groups, n_neighbors), -1, dtype=np.int64)
-    idle_version = np.zeros((n_groups, n_neighbors, 3), dtype=np.int64)
+    idle_version = np.zeros((n_groups, n_neighbors, 2), dtype=np.int64)
+    idle_next = np.zeros(n_groups, dtype=np.int64)
     changes = 0
     for _ in range(max_sweeps):
         nb = _nearest_groups(sums, size, alive, n_neighbors)
@@ -351,7 +352,7 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
                     fresh[b] = False
                     changed += 1
                 else:
-                    _remember_idle(idle, idle_version, version, a, b)
+                    _remember_idle(idle, idle_version, idle_next, version, a, b)
         changes += changed
         if changed == 0:
             break
