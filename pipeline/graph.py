@@ -7,8 +7,15 @@ its arguments and builds a graph of its own: at 10M rows (128 tasks, 127 upper p
 was about 2 s of client time while the workers waited. A :class:`Layer` writes the same tasks
 straight into one graph layer, keyed by a fresh name and a tag, and hands out :class:`Delayed`
 objects over it.
+
+An all-to-all exchange (every producer cuts its output into one piece per consumer) made of one
+``piece[i]`` task per (producer, consumer) pair has producers x consumers tasks: both grow with the
+rows, so the scheduler's work grows with their square (at 100 workers it was the projected limit,
+BENCHMARKS.md "Projection to 100 workers"). :meth:`Layer.exchange` keeps that direct form while it
+is small and otherwise goes through two levels (:func:`exchange_plan`).
 """
 
+import math
 import operator
 import uuid
 
@@ -50,9 +57,83 @@ class Layer:
         one piece receives that piece, not the whole list (on a cluster: not the whole transfer)."""
         return self.task((*ref.key[1:], index), operator.getitem, ref, index)
 
+    def exchange(self, tag, producers, n_consumers, merge, direct=None):
+        """The pieces each consumer receives from an all-to-all exchange: a list, per consumer, of
+        references whose values, in order, hold its rows from ``producers`` in producer order.
+
+        Every producer (a reference) returns a list of ``n_consumers`` pieces. While producers x
+        consumers is at most ``direct`` (default :data:`DIRECT_PIECES`) each consumer gets one
+        ``piece[i]`` task per producer. Beyond, two levels (:func:`exchange_plan`): each producer's
+        list is sliced by group of consumers; the slices of a batch of consecutive producers are
+        merged, consumer by consumer, by ``merge(pieces)`` (a module-level function that keeps the
+        pieces' order); each consumer then gets one piece per batch. The tasks grow as
+        ``2 min(P, C) sqrt(max(P, C))`` instead of ``P C``, for one more copy of the data in transit.
+        """
+        plan = exchange_plan(len(producers), n_consumers, direct)
+        if plan is None:
+            return [[self.item(p, c) for p in producers] for c in range(n_consumers)]
+        batches, groups = plan
+        out = [[] for _ in range(n_consumers)]
+        for b, (pa, pb) in enumerate(batches):
+            for g, (ca, cb) in enumerate(groups):
+                slices = [self.task((tag, "slice", p, g), _slice, producers[p], ca, cb) for p in range(pa, pb)]
+                merged = self.task((tag, "merge", b, g), _merge_slices, merge, *slices)
+                for c in range(ca, cb):
+                    out[c].append(self.item(merged, c - ca))
+        return out
+
     def delayed(self, refs):
         """``Delayed`` objects over the references ``refs``."""
         if self._graph is None:
             self._graph = HighLevelGraph.from_collections(self.name, self._tasks, dependencies=list(self._deps.values()))
         return [Delayed(ref.key, self._graph, layer=self.name) for ref in refs]
 
+
+
+DIRECT_PIECES = 4096
+"""Largest producers x consumers of an exchange done with one piece task per pair. Locally the direct
+form is cheaper (no extra copy) and the tasks are few (at 10M rows on 2 cores: 10 input partitions x
+128 block tasks); the two-level form is for large clusters."""
+
+
+def _ranges(n, parts):
+    """``parts`` consecutive ``(start, end)`` ranges covering ``0..n-1``, sizes differing by at most 1."""
+    cuts = [n * i // parts for i in range(parts + 1)]
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def exchange_plan(n_producers, n_consumers, direct=None):
+    """None for a direct exchange (producers x consumers at most ``direct``, default
+    :data:`DIRECT_PIECES`), else ``(producer batches, consumer groups)`` as ranges of consecutive
+    producers and consumers.
+
+    With ``b`` batches and ``g`` groups the exchange makes ``P g`` slices, ``b g`` merges and ``b C``
+    pieces. Each merge holds about ``rows / (b g)`` rows; ``b g = min(P, C)`` keeps that at most one
+    input partition's or one consumer's share, and ``b = sqrt(b g P / C)`` then minimises the count:
+    about ``2 min(P, C) sqrt(max(P, C))`` tasks (4,000 instead of 25,600 for 200 x 128)."""
+    direct = DIRECT_PIECES if direct is None else direct
+    if n_producers * n_consumers <= direct or n_producers < 2 or n_consumers < 2:
+        return None
+    merges = min(n_producers, n_consumers)
+    batches = max(1, min(n_producers, round(math.sqrt(merges * n_producers / n_consumers))))
+    groups = max(1, min(n_consumers, -(-merges // batches)))
+    return _ranges(n_producers, batches), _ranges(n_consumers, groups)
+
+
+def exchange_tasks(n_producers, n_consumers, direct=None):
+    """How many tasks :meth:`Layer.exchange` adds (slices, merges and pieces; not the producers or
+    consumers): for the scaling model of ``tests/benchmarks/project_workers.py``."""
+    plan = exchange_plan(n_producers, n_consumers, direct)
+    if plan is None:
+        return n_producers * n_consumers
+    batches, groups = plan
+    return n_producers * len(groups) + len(batches) * len(groups) + len(batches) * n_consumers
+
+
+def _slice(pieces, start, end):
+    return pieces[start:end]
+
+
+def _merge_slices(merge, *slices):
+    """Consumer by consumer, ``merge`` of the batch's pieces for it (in producer order)."""
+    return [merge([s[i] for s in slices]) for i in range(len(slices[0]))]

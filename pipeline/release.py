@@ -350,6 +350,15 @@ def _split(rows, key, n_keys):
     return [sequence.take(rows, order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+def _merge_rows(pieces):
+    """One task's pieces from consecutive input partitions as one piece (still in row-id order): the
+    merge of a two-level exchange (:meth:`pipeline.graph.Layer.exchange`)."""
+    full = [p for p in pieces if len(p.row_id)]
+    if len(full) <= 1:
+        return full[0] if full else pieces[0]
+    return Rows(*[None if f is None else np.concatenate([p[i] for p in full]) for i, f in enumerate(full[0])])
+
+
 def _route(part, job):
     """An input partition's rows, routed to their leaves and cut into one piece per task."""
     X, Z = _standardized(part, list(job.qi), job.mean, job.std)
@@ -456,8 +465,8 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
     columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
     layer = graph.Layer("microagg-blocks")
     routed = [layer.task(("route", i), _route, part, job) for i, part in enumerate(frame[columns].to_delayed())]
-    tasks = [layer.task(("solve", t), _solve_task, job, t, *(layer.item(r, t) for r in routed))
-             for t in range(tree.n_tasks)]
+    inbound = layer.exchange("rows", routed, tree.n_tasks, _merge_rows)
+    tasks = [layer.task(("solve", t), _solve_task, job, t, *inbound[t]) for t in range(tree.n_tasks)]
     released = [layer.item(t, 0) for t in tasks]
     if tree.n_upper:
         pieces = [[] for _ in range(tree.n_upper)]
@@ -887,6 +896,18 @@ def _by_file(released, starts):
     return out
 
 
+def _merge_file_pieces(pieces):
+    """:func:`_by_file` pieces of one file (one attribute block) as one: rows concatenated, each
+    piece's group indices shifted past the tables before it (the merge of a two-level exchange)."""
+    full = [p for p in pieces if len(p[0])]
+    if len(full) <= 1:
+        return full[0] if full else pieces[0]
+    offsets = np.cumsum([0] + [len(table) for _, _, table in full[:-1]])
+    return (np.concatenate([row_id for row_id, _, _ in full]),
+            np.concatenate([group + o for (_, group, _), o in zip(full, offsets)]),
+            np.concatenate([table for _, _, table in full]))
+
+
 def _scatter(start, stop, width, slots, pieces):
     """Released values of rows ``start..stop-1``, column by column (``(width, n)``), from ``pieces``
     (``(row ids, groups, group table)``) whose values fill the QI columns ``slots[i]`` (one attribute
@@ -950,13 +971,15 @@ def _per_file(released, n_rows, rows_per_file, func, *args):
     out_div = file_divisions(n_rows, rows_per_file)
     starts = np.asarray(out_div[:-1], dtype=np.int64)
     stops = [*out_div[1:-1], n_rows]
-    slots, cut = [], []
+    inbound = [[] for _ in starts]
+    slots = [[] for _ in starts]
     layer = graph.Layer(f"microagg-{func.__name__.strip('_')}")
-    for positions, pieces in released:
-        for r in pieces:
-            cut.append(layer.task(("cut", len(cut)), _by_file, r, starts))
-            slots.append(tuple(int(c) for c in positions))
-    files = [layer.task(("file", i), func, int(a), int(b), *args, tuple(slots), *(layer.item(c, i) for c in cut))
+    for b, (positions, pieces) in enumerate(released):  # an exchange per attribute block: one slot per piece
+        cut = [layer.task(("cut", b, i), _by_file, r, starts) for i, r in enumerate(pieces)]
+        for i, refs in enumerate(layer.exchange(("files", b), cut, len(starts), _merge_file_pieces)):
+            inbound[i] += refs
+            slots[i] += [tuple(int(c) for c in positions)] * len(refs)
+    files = [layer.task(("file", i), func, int(a), int(b), *args, tuple(slots[i]), *inbound[i])
              for i, (a, b) in enumerate(zip(starts, stops))]
     return out_div, layer.delayed(files)
 

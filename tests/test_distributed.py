@@ -95,6 +95,49 @@ def test_an_input_too_large_to_keep_is_read_in_every_pass_with_the_same_release(
     assert kept == {measured: True, 10**9: False}
 
 
+def test_the_two_level_exchange_gives_the_same_release(tmp_path, data, monkeypatch):
+    """Past graph.DIRECT_PIECES (the large-cluster shape) rows reach their tasks, and released values
+    their files, through two levels of pieces: same bytes as the direct exchange, with attribute
+    blocks too (one exchange per block)."""
+    from distributed import Client, LocalCluster
+
+    from microagg.pipeline import graph, release
+
+    root, _ = data
+    blocks = (tuple(QI[:6]), tuple(QI[6:]))
+    shapes = {"plain": {}, "blocks": {"attribute_blocks": blocks}}
+    reference = {name: _files(_run(tmp_path, f"sync-{name}", root / "four", "--k", 4, *BLOCKED, "--scheduler",
+                                   "synchronous", "--rows-per-file", 3000,
+                                   *(["--blocks", ";".join(",".join(b) for b in blocks)] if extra else [])))
+                 for name, extra in shapes.items()}
+    seen = []
+    plan = graph.exchange_plan
+    monkeypatch.setattr(graph, "exchange_plan", lambda p, c, direct: seen.append((p, c)) or plan(p, c, 0))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster):
+        for name, extra in shapes.items():
+            options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",),
+                                             block_size=1500, blocks_per_task=4, rows_per_file=3000, **extra)
+            out = tmp_path / f"two-level-{name}"
+            release.run(str(root / "four"), str(out), options)
+            assert _files(out) == reference[name], name
+    assert seen and all(plan(p, c, 0) for p, c in seen if p > 1 and c > 1)
+    assert any(p > 1 and c > 1 for p, c in seen)
+
+
+def test_exchange_plan():
+    from microagg.pipeline import graph
+
+    assert graph.exchange_plan(10, 128) is None and graph.exchange_tasks(10, 128) == 1280
+    batches, groups = graph.exchange_plan(200, 128)
+    assert [len(x) for x in (batches, groups)] == [14, 10]  # 140 merges of at most one task's rows each
+    for ranges, n in ((batches, 200), (groups, 128)):
+        assert ranges[0][0] == 0 and ranges[-1][1] == n and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert max(b - a for a, b in ranges) - min(b - a for a, b in ranges) <= 1
+    assert graph.exchange_tasks(200, 128) == 200 * 10 + 14 * 10 + 14 * 128 < 200 * 128 / 6
+    assert [len(x) for x in graph.exchange_plan(4, 4, 0)] == [2, 2]
+
+
 def test_dask_api_is_independent_of_partitioning(data):
     _, df = data
     small = df.iloc[:6000]

@@ -1,7 +1,8 @@
 """Wall time of ``microagg anonymize`` projected to many workers from one measured run.
 
     .venv/bin/python tests/benchmarks/project_workers.py [--rows 1000000] [--workers 2,8,32,100]
-        [--targets 10M,100M] [--bandwidth 1e9] [--threads-per-worker 1] [--data DIR]
+        [--targets 10M,100M] [--bandwidth 1e9] [--threads-per-worker 1] [--two-level] [--direct-pieces N]
+        [--data DIR]
 
 Runs the pipeline once in this process on a LocalCluster of the CLI's default shape (one worker, a
 thread per core) on the synthetic extract of ``bench_pipeline.py`` (k=5, default method and options),
@@ -46,11 +47,21 @@ GROWS = ("_stitch_upper",)
 """Labels of tasks whose size grows with the rows: an upper plane's stitching re-solves the groups of
 every task below it that lie near the plane (the root plane's: near it anywhere in the data)."""
 FAN_OUT = {
-    "_route": "every input partition sends one piece to every block task",
-    "_by_file": "every released piece sends one piece to every output file",
+    "_route": "every input partition sends a piece to every block task",
+    "_by_file": "every released piece sends a piece to every output file",
 }
-"""Labels whose outputs are cut into pieces for a number of consumers that grows with the rows too:
-their ``[piece]`` tasks grow with the square of the rows."""
+"""Labels whose outputs are cut into pieces for a number of consumers that grows with the rows too: an
+all-to-all exchange (``pipeline.graph.Layer.exchange``), whose tasks (``[piece]``, and past
+``graph.DIRECT_PIECES`` the two-level form's slices, merges and their pieces) are counted at the
+target by ``graph.exchange_tasks``."""
+FIXED = ("html",)
+"""Stages whose cost does not grow with the rows: the report page is drawn from summaries of a fixed
+size (histogram bins, correlation matrices), 1.7 s at 1M rows and 2.3 s at 10M here."""
+PIPELINE_DIRECT = None
+"""The pipeline's ``graph.DIRECT_PIECES``, read before ``--two-level`` changes it for the measured run:
+the projection is of the pipeline as it ships."""
+EXCHANGE = ("_slice", "_merge_slices", "_merge_slices[piece]", *(f"{k}[piece]" for k in FAN_OUT))
+"""Labels of the exchanges' own tasks (not counted linearly)."""
 
 
 # --- measuring ---------------------------------------------------------------------------------------
@@ -223,8 +234,10 @@ MODEL = """Model (one stage after another: each stage waits for the previous one
   * parallel = the stage's task CPU-seconds x f / cores: per-task costs scale linearly with the rows and
     spread evenly over all cores (reading included: each worker reads from storage at the same speed);
   * scheduling = the stage's number of tasks x {overhead_ms:.2f} ms ({overhead_source}): the scheduler
-    handles one task at a time, alongside the computing. Tasks grow with f, except the pieces of the
-    fan-out tasks, which grow with f^2: {fan}; input partitions: max(rows / {per_partition:,}, 2 x cores)
+    handles one task at a time, alongside the computing. Tasks grow with f, except the exchanges of the
+    fan-out tasks ({fan}): producers x consumers pieces up to {direct:,}, beyond that the two-level
+    form's P x g slices + b x g merges + b x C pieces, b x g ~ min(P, C), about 2 min(P, C) x
+    sqrt(max(P, C)) tasks (pipeline.graph.exchange_plan); input partitions: max(rows / {per_partition:,}, 2 x cores)
     (microagg splits an input read as fewer partitions than twice the cores), output files: rows /
     1,000,000;
   * critical path = the longest chain of dependent tasks in the stage as measured, with the tasks that
@@ -232,7 +245,11 @@ MODEL = """Model (one stage after another: each stage waits for the previous one
     and the root plane's gathers groups from the whole data set; it does not shrink with the workers;
   * transfer = bytes that change worker x f x (1 - 1/workers) / (workers x B): every task runs on the
     worker holding its largest input and receives the others (each other input on another worker with
-    probability 1 - 1/workers), every worker's link busy in parallel, no overlap with computing;
+    probability 1 - 1/workers), every worker's link busy in parallel, no overlap with computing; twice
+    that in a stage whose exchange takes two levels at the target (all its moved bytes counted twice);
+  * the two-level exchange's merges (a copy of the data in transit) are in "parallel" only if the
+    measured run made them (--two-level);
+  * the stages {fixed} cost what they cost in the measured run, whatever the rows;
   * not included: process start, imports and cluster start (about 2 s for the CLI), worker failures,
     spilling, stragglers, stages the measured run did not have."""
 
@@ -242,22 +259,39 @@ def _count(tasks, label):
 
 
 def _task_counts(stage, tasks, target, f, cores):
-    """Tasks of a stage at ``target`` rows by the model's rule: every task family grows with ``f``,
-    the pieces of the fan-out families with parents x consumers."""
+    """Tasks of a stage at ``target`` rows by the model's rule: every task family grows with ``f``; the
+    exchanges of the fan-out families are counted by ``graph.exchange_tasks`` (producers x consumers
+    while direct, about ``2 min(P, C) sqrt(max(P, C))`` in two levels)."""
+    from microagg.pipeline import graph
+
     labels = defaultdict(int)
     for k in stage["keys"]:
         labels[tasks[k][0]] += 1
     projected = 0.0
     for label, n in labels.items():
-        parent = label.removesuffix("[piece]")
-        if not (label.endswith("[piece]") and parent in FAN_OUT):
+        if label not in EXCHANGE:
             projected += n * f
-        elif parent == "_route":  # input partitions x block tasks
-            partitions = max(math.ceil(target / INPUT_ROWS_PER_PARTITION), 2 * cores)
-            projected += partitions * _count(tasks, "_solve_task") * f
-        else:  # released pieces x output files
-            projected += _count(tasks, parent) * f * max(1, math.ceil(target / 1_000_000))
+    if labels.get("_route"):  # input partitions -> block tasks
+        partitions = max(math.ceil(target / INPUT_ROWS_PER_PARTITION), 2 * cores)
+        projected += graph.exchange_tasks(partitions, math.ceil(_count(tasks, "_solve_task") * f), PIPELINE_DIRECT)
+    if labels.get("_by_file"):  # released pieces -> output files
+        projected += graph.exchange_tasks(math.ceil(_count(tasks, "_by_file") * f), max(1, math.ceil(target / 1_000_000)),
+                                          PIPELINE_DIRECT)
     return projected
+
+
+def _two_level(stage, tasks, target, f, cores):
+    """Whether the stage's exchange takes two levels at ``target`` (its data then travel twice)."""
+    from microagg.pipeline import graph
+
+    labels = {tasks[k][0] for k in stage["keys"]}
+    if "_route" in labels:
+        partitions = max(math.ceil(target / INPUT_ROWS_PER_PARTITION), 2 * cores)
+        return graph.exchange_plan(partitions, math.ceil(_count(tasks, "_solve_task") * f), PIPELINE_DIRECT) is not None
+    if "_by_file" in labels:
+        files = max(1, math.ceil(target / 1_000_000))
+        return graph.exchange_plan(math.ceil(_count(tasks, "_by_file") * f), files, PIPELINE_DIRECT) is not None
+    return False
 
 
 def project(stages, tasks, rows, target, workers, threads, bandwidth, overhead):
@@ -266,12 +300,13 @@ def project(stages, tasks, rows, target, workers, threads, bandwidth, overhead):
     f = target / rows
     out = {}
     for name, s in stages.items():
-        client = s["idle"] * f
+        client = s["idle"] * (1.0 if name in FIXED else f)
         scheduling = overhead * _task_counts(s, tasks, target, f, cores)
         parallel = s["cpu"] * f / cores
         scaled = {k: v * (f if tasks[k][0] in GROWS else 1.0) for k, v in s["seconds"].items()}
         path = _longest_path(s, tasks, scaled)
         transfer = s["moved"] * f * (1 - 1 / workers) / (workers * bandwidth) if workers > 1 else 0.0
+        transfer *= 2 if _two_level(s, tasks, target, f, cores) else 1
         terms = {"client": client, "parallel": parallel, "critical path": path, "scheduling": scheduling,
                  "transfer": transfer}
         out[name] = (client + max(parallel, path, scheduling) + transfer, terms)
@@ -298,7 +333,19 @@ def main():
                         help="threads of the measuring worker (default: this machine's cores, as the CLI)")
     parser.add_argument("--data", default=os.environ.get("MICROAGG_BENCH_DATA"),
                         help="where the extracts are cached (default: the temp directory)")
+    parser.add_argument("--two-level", action="store_true",
+                        help="measure with the two-level exchange (as a large cluster runs it) instead of the "
+                             "direct one this size takes")
+    parser.add_argument("--direct-pieces", type=int, default=None,
+                        help="project a pipeline whose exchanges stay direct up to this many pieces (default: "
+                             "graph.DIRECT_PIECES, as it ships; a huge number: every exchange direct)")
     args = parser.parse_args()
+    from microagg.pipeline import graph
+
+    global PIPELINE_DIRECT
+    PIPELINE_DIRECT = graph.DIRECT_PIECES if args.direct_pieces is None else args.direct_pieces
+    if args.two_level:
+        graph.DIRECT_PIECES = 0
     rows = args.rows[0]
     root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
     source = make_extract(rows, root)
@@ -341,7 +388,7 @@ def main():
         print(f"\nnote: no task labelled {', '.join(missing)} was seen; the model treats such tasks as linear")
 
     print("\n" + MODEL.format(fan="; ".join(f"{k}: {v}" for k, v in FAN_OUT.items()), grows=", ".join(GROWS),
-                              per_partition=INPUT_ROWS_PER_PARTITION, overhead_ms=overhead * 1e3,
+                              per_partition=INPUT_ROWS_PER_PARTITION, overhead_ms=overhead * 1e3, direct=PIPELINE_DIRECT, fixed=", ".join(FIXED),
                               overhead_source=source_of_overhead))
     print(f"  Here: B = {args.bandwidth / 1e9:g} GB/s per worker, {args.threads_per_worker} core(s) per worker.")
 
