@@ -113,7 +113,8 @@ def test_the_two_level_exchange_gives_the_same_release(tmp_path, data, monkeypat
     seen = []
     plan = graph.exchange_plan
     monkeypatch.setattr(graph, "exchange_plan", lambda p, c, direct: seen.append((p, c)) or plan(p, c, 0))
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+    # worker processes: the merges and their functions travel pickled, as on a real cluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster):
         for name, extra in shapes.items():
             options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",),
