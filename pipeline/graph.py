@@ -65,8 +65,8 @@ class Layer:
         consumers is at most ``direct`` (default :data:`DIRECT_PIECES`) each consumer gets one
         ``piece[i]`` task per producer. Beyond, two levels (:func:`exchange_plan`): each producer's
         list is sliced by group of consumers; the slices of a batch of consecutive producers are
-        merged, consumer by consumer, by ``merge(pieces)`` (a module-level function that keeps the
-        pieces' order); each consumer then gets one piece per batch. The tasks grow as
+        merged, consumer by consumer, by ``merge(pieces)`` (picklable; the rows keep their
+        order); each consumer then gets one piece per batch. The tasks grow as
         ``2 min(P, C) sqrt(max(P, C))`` instead of ``P C``, for one more copy of the data in transit.
         """
         plan = exchange_plan(len(producers), n_consumers, direct)

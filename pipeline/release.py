@@ -32,7 +32,7 @@ import os
 import time
 from collections import Counter
 from contextlib import contextmanager
-from functools import reduce
+from functools import partial, reduce
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
@@ -350,15 +350,6 @@ def _split(rows, key, n_keys):
     return [sequence.take(rows, order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _merge_rows(pieces):
-    """One task's pieces from consecutive input partitions as one piece (still in row-id order): the
-    merge of a two-level exchange (:meth:`pipeline.graph.Layer.exchange`)."""
-    full = [p for p in pieces if len(p.row_id)]
-    if len(full) <= 1:
-        return full[0] if full else pieces[0]
-    return Rows(*[None if f is None else np.concatenate([p[i] for p in full]) for i, f in enumerate(full[0])])
-
-
 def _route(part, job):
     """An input partition's rows, routed to their leaves and cut into one piece per task."""
     X, Z = _standardized(part, list(job.qi), job.mean, job.std)
@@ -465,7 +456,7 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
     columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
     layer = graph.Layer("microagg-blocks")
     routed = [layer.task(("route", i), _route, part, job) for i, part in enumerate(frame[columns].to_delayed())]
-    inbound = layer.exchange("rows", routed, tree.n_tasks, _merge_rows)
+    inbound = layer.exchange("rows", routed, tree.n_tasks, partial(_concat, width=len(qi)))
     tasks = [layer.task(("solve", t), _solve_task, job, t, *inbound[t]) for t in range(tree.n_tasks)]
     released = [layer.item(t, 0) for t in tasks]
     if tree.n_upper:

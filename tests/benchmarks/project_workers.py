@@ -258,40 +258,33 @@ def _count(tasks, label):
     return sum(1 for v in tasks.values() if v[0] == label)
 
 
+def _exchanges(stage, tasks, target, f, cores):
+    """``(producers, consumers)`` at ``target`` rows of each fan-out exchange the stage makes."""
+    labels = {tasks[k][0] for k in stage["keys"]}
+    out = []
+    if "_route" in labels:  # input partitions -> block tasks
+        out.append((max(math.ceil(target / INPUT_ROWS_PER_PARTITION), 2 * cores),
+                    math.ceil(_count(tasks, "_solve_task") * f)))
+    if "_by_file" in labels:  # released pieces -> output files
+        out.append((math.ceil(_count(tasks, "_by_file") * f), max(1, math.ceil(target / 1_000_000))))
+    return out
+
+
 def _task_counts(stage, tasks, target, f, cores):
     """Tasks of a stage at ``target`` rows by the model's rule: every task family grows with ``f``; the
     exchanges of the fan-out families are counted by ``graph.exchange_tasks`` (producers x consumers
     while direct, about ``2 min(P, C) sqrt(max(P, C))`` in two levels)."""
     from microagg.pipeline import graph
 
-    labels = defaultdict(int)
-    for k in stage["keys"]:
-        labels[tasks[k][0]] += 1
-    projected = 0.0
-    for label, n in labels.items():
-        if label not in EXCHANGE:
-            projected += n * f
-    if labels.get("_route"):  # input partitions -> block tasks
-        partitions = max(math.ceil(target / INPUT_ROWS_PER_PARTITION), 2 * cores)
-        projected += graph.exchange_tasks(partitions, math.ceil(_count(tasks, "_solve_task") * f), PIPELINE_DIRECT)
-    if labels.get("_by_file"):  # released pieces -> output files
-        projected += graph.exchange_tasks(math.ceil(_count(tasks, "_by_file") * f), max(1, math.ceil(target / 1_000_000)),
-                                          PIPELINE_DIRECT)
-    return projected
+    linear = sum(f for k in stage["keys"] if tasks[k][0] not in EXCHANGE)
+    return linear + sum(graph.exchange_tasks(p, c, PIPELINE_DIRECT) for p, c in _exchanges(stage, tasks, target, f, cores))
 
 
 def _two_level(stage, tasks, target, f, cores):
     """Whether the stage's exchange takes two levels at ``target`` (its data then travel twice)."""
     from microagg.pipeline import graph
 
-    labels = {tasks[k][0] for k in stage["keys"]}
-    if "_route" in labels:
-        partitions = max(math.ceil(target / INPUT_ROWS_PER_PARTITION), 2 * cores)
-        return graph.exchange_plan(partitions, math.ceil(_count(tasks, "_solve_task") * f), PIPELINE_DIRECT) is not None
-    if "_by_file" in labels:
-        files = max(1, math.ceil(target / 1_000_000))
-        return graph.exchange_plan(math.ceil(_count(tasks, "_by_file") * f), files, PIPELINE_DIRECT) is not None
-    return False
+    return any(graph.exchange_plan(p, c, PIPELINE_DIRECT) is not None for p, c in _exchanges(stage, tasks, target, f, cores))
 
 
 def project(stages, tasks, rows, target, workers, threads, bandwidth, overhead):
