@@ -599,53 +599,51 @@ def _home(width, block, *pieces):
     return _Home(row_id, codes, own, queries, links)
 
 
-def _asks(home, b_self, lo, hi):
-    """Round 2 requests: ``(blocks, indices)``: the other blocks whose box (``lo[b]``, ``hi[b]``) is no
-    farther than the best distance so far of some query, and for each the indices of those queries."""
-    blocks, indices = [], []
+def _send(home, b_self, lo, hi):
+    """Round 2 requests, one list per block: to every other block whose box (``lo[b]``, ``hi[b]``) is no
+    farther than the best distance so far of some query, ``[(home, indices, queries, bounds)]`` for
+    those queries; ``[]`` to the others."""
+    out = [[] for _ in range(len(lo))]
     if len(home.queries):
         for b in range(len(lo)):
             if b != b_self:
                 idx = np.flatnonzero(metrics.box_lower_bounds(home.queries, lo[b], hi[b]) <= home.links.distance)
                 if len(idx):
-                    blocks.append(b)
-                    indices.append(idx)
-    return np.asarray(blocks, dtype=np.int64), indices
+                    out[b].append((b_self, idx, home.queries[idx], home.links.distance[idx]))
+    return out
 
 
-def _targets(asks):
-    return asks[0]
+def _flat(lists):
+    """Lists concatenated: the merge of round 2's exchanges, whose pieces are lists."""
+    return [x for part in lists for x in part]
 
 
-def _send(home, asks):
-    """The requests themselves, one per block of ``asks``: ``(indices, queries, bounds)``."""
-    return [(idx, home.queries[idx], home.links.distance[idx]) for idx in asks[1]]
-
-
-def _answer(block, *asks):
-    """Round 2 in one block: the requests of every block that asked answered (within their bounds), in
-    one query; the answers go back split by the block that asked (``(indices, Links)``)."""
+def _answer(block, b_self, n_blocks, *requests):
+    """Round 2 in one block: every request it received answered (within its bound), in one query; the
+    answers go back as one list per asking block: ``[(this block, indices, Links)]``."""
+    asks = _flat(requests)
+    out = [[] for _ in range(n_blocks)]
     if not asks:
-        return []
-    queries = np.concatenate([a[1] for a in asks])
-    bounds = np.concatenate([a[2] for a in asks])
+        return out
+    queries = np.concatenate([a[2] for a in asks])
+    bounds = np.concatenate([a[3] for a in asks])
     links = metrics.query_links(block.tree, queries, np.full(len(bounds), -1, dtype=np.int64), bounds)
-    out, at = [], 0
-    for a in asks:
-        m = len(a[0])
-        out.append((a[0], metrics.Links(*(f[at:at + m] for f in links))))
+    at = 0
+    for home, idx, _, _ in asks:
+        m = len(idx)
+        out[home].append((b_self, idx, metrics.Links(*(f[at:at + m] for f in links))))
         at += m
     return out
 
 
-def _finish(home, *answers):
+def _finish(home, *replies):
     """Merge round 2 into round 1 (:func:`metrics.combine_links`: the blocks are disjoint) and spread the
     distinct tuples' answers over their records; a record's own original is among its nearest iff its
     distance equals the best (the distances are computed identically everywhere)."""
     distance = home.links.distance.copy()
     count = home.links.count.copy()
     visits = 0
-    for idx, links in answers:
+    for _, idx, links in sorted(_flat(replies), key=lambda reply: reply[0]):  # in block order
         current = metrics.Links(distance[idx], count[idx], np.zeros(len(idx), dtype=bool))
         merged = metrics.combine_links(current, links)
         distance[idx] = merged.distance
@@ -689,11 +687,11 @@ def record_linkage(pairs, mean, std, columns, sample, block_rows=BLOCK_ROWS):
     (``<=``: an original at exactly ``b`` changes the count); that block searches within ``b`` (round 2),
     and the answers are merged with :func:`metrics.combine_links`.
 
-    The graph. Blocks and homes are persisted after round 1; the blocks' boxes and then, per home, the
-    blocks it must ask are collected (small arrays), and round 2 gets one request and one answer task
-    per (home, block asked) pair only (at 10M rows 12,246 of the 16,256 pairs of 128 blocks: in 13
-    dimensions most boxes are near most queries' bounds). The rows reach the blocks through
-    :meth:`pipeline.graph.Layer.exchange` (two levels past 4,096 pieces).
+    The graph. Blocks and homes are persisted after round 1 and the blocks' boxes collected (small
+    arrays). The rows reach the blocks, round 2's requests the blocks and its answers the homes, through
+    :meth:`pipeline.graph.Layer.exchange`: past 4,096 pieces in two levels, so 128 blocks (10M rows)
+    make about 3,000 tasks per exchange instead of 16,384 (in 13 dimensions a home asks most other
+    blocks: 12,246 of the 16,256 pairs at 10M rows).
 
     Exactness. Let ``g`` be the true smallest distance (as the kernels compute it: the same operations
     in the same order everywhere, so a distance does not depend on the block). ``g <= s`` (the own
@@ -721,24 +719,12 @@ def record_linkage(pairs, mean, std, columns, sample, block_rows=BLOCK_ROWS):
     blocks, homes = persisted(layer.delayed(blocks), layer.delayed(homes))
     boxes = dask.compute(*[delayed(_box, pure=True)(block) for block in blocks])
     lo, hi = np.array([box[0] for box in boxes]), np.array([box[1] for box in boxes])
-    # Round 2 has a task only where a block asks another: which ones is known once round 1 is done
-    asks = persisted([delayed(_asks, pure=True)(homes[h], h, lo, hi) for h in range(nb)])[0]
-    targets = dask.compute(*[delayed(_targets, pure=True)(a) for a in asks])
-    askers = [[] for _ in range(nb)]  # per block, (home, position of the block among the home's targets)
-    for h, blocks_asked in enumerate(targets):
-        for i, b in enumerate(blocks_asked):
-            askers[int(b)].append((h, i))
-    log.info("record linkage: %d blocks; round 2: %d requests between blocks", nb, sum(len(t) for t in targets))
     second = graph.Layer("microagg-linkage-round-2")
-    sends = [second.task(("send", h), _send, homes[h], asks[h]) for h in range(nb)]
-    answers = [second.task(("answer", b), _answer, blocks[b], *(second.item(sends[h], i) for h, i in askers[b]))
-               for b in range(nb)]
-    replies = [[] for _ in range(nb)]  # per home, the answers of the blocks it asked, in its targets' order
-    for b in range(nb):
-        for j, (h, i) in enumerate(askers[b]):
-            replies[h].append((i, second.item(answers[b], j)))
-    finals = [second.task(("finish", h), _finish, homes[h], *(ref for _, ref in sorted(replies[h], key=lambda r: r[0])))
-              for h in range(nb)]
+    sends = [second.task(("send", h), _send, homes[h], h, lo, hi) for h in range(nb)]
+    requests = second.exchange("requests", sends, nb, _flat)
+    answers = [second.task(("answer", b), _answer, blocks[b], b, nb, *requests[b]) for b in range(nb)]
+    replies = second.exchange("replies", answers, nb, _flat)
+    finals = [second.task(("finish", h), _finish, homes[h], *replies[h]) for h in range(nb)]
     return second.delayed(finals), partition
 
 

@@ -108,6 +108,25 @@ def _assert_summary_is_summary_data(report, X, Xm, names):
             np.testing.assert_allclose(got[key][part], expected[key][part], rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("direct", [None, 0])  # 0: every exchange in two levels, as on a large cluster
+def test_linkage_links_equal_the_in_memory_links_with_either_exchange(monkeypatch, direct):
+    from microagg.pipeline import graph
+
+    X, Xm = _continuous_data(4, n=1500)
+    names = [f"c{j}" for j in range(X.shape[1])]
+    original, masked = _frames(pd.DataFrame(X, columns=names), pd.DataFrame(Xm, columns=names), 3, 4)
+    prep = ev.prepare(original, masked, names, piece_rows=200)
+    if direct is not None:
+        monkeypatch.setattr(graph, "DIRECT_PIECES", direct)
+    finals, partition = ev.record_linkage(prep.pairs, prep.mean, prep.std, [0, 1, 2, 3],
+                                          ev.draw_sample(prep.pairs, prep.n_rows, 80, 0), 80)
+    assert partition.n_blocks > 8 and len(prep.pairs) > 4
+    links = ev.links_in_row_order(finals, prep.n_rows)
+    for got, want in zip(links, metrics.record_linkage(X, Xm)):
+        np.testing.assert_array_equal(got, want)
+    assert ev.dld_of(finals, prep.n_rows)[0] == metrics.dld(X, Xm)
+
+
 def test_linkage_blocks_partition_every_record_once():
     X, Xm = _tie_data(5, n=400)
     names = ["a", "b", "c"]
