@@ -1329,6 +1329,9 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
                 # files 4% smaller); the other columns keep pyarrow's default
                 use_dictionary=[c for c in released.columns if c not in report["quasi_identifiers"]],
             )
+        # the release's graph holds the input and the released pieces in the workers' memory (on a
+        # cluster): let them go before the evaluation reads both files
+        del released
         if evaluation is not None:
             report["evaluation"] = _evaluate_written(input_path, tmp, report, evaluation, options.seed, timings)
         report["timings"] = timings.seconds
