@@ -965,9 +965,9 @@ def _per_file(released, n_rows, rows_per_file, func, *args):
     inbound = [[] for _ in starts]
     slots = [[] for _ in starts]
     layer = graph.Layer(f"microagg-{func.__name__.strip('_')}")
-    for b, (positions, pieces) in enumerate(released):  # an exchange per attribute block: one slot per piece
-        cut = [layer.task(("cut", b, i), _by_file, r, starts) for i, r in enumerate(pieces)]
-        for i, refs in enumerate(layer.exchange(("files", b), cut, len(starts), _merge_file_pieces)):
+    for block, (positions, pieces) in enumerate(released):  # an exchange per attribute block: one slot per piece
+        cut = [layer.task(("cut", block, i), _by_file, r, starts) for i, r in enumerate(pieces)]
+        for i, refs in enumerate(layer.exchange(("files", block), cut, len(starts), _merge_file_pieces)):
             inbound[i] += refs
             slots[i] += [tuple(int(c) for c in positions)] * len(refs)
     files = [layer.task(("file", i), func, int(a), int(b), *args, tuple(slots[i]), *inbound[i])
