@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import kernels
+from ..kernels import groups
 from . import blocking, stitch
 
 
@@ -48,8 +49,7 @@ def blocked_partition(Z, k, solver, settings, plan=Blocking(), threads=None, str
                                    plan.order, plan.one_block_rows)
     leaf = forest.route(Z, stratum)
     task_of_row = forest.leaf_task[leaf]
-    order = np.argsort(task_of_row, kind="stable")  # rows of each task together, in row-id order
-    bounds = np.searchsorted(task_of_row[order], np.arange(forest.n_tasks + 1))
+    bounds, order = groups.group_members(task_of_row, forest.n_tasks)  # each task's rows, in row-id order
 
     def solve(task):
         rows = order[bounds[task]:bounds[task + 1]]
@@ -71,8 +71,8 @@ def blocked_partition(Z, k, solver, settings, plan=Blocking(), threads=None, str
                 group[rows] = stitch.task_group(task, labels)
                 gain += task_gain
 
-        by_plane = np.argsort(plane, kind="stable")  # rows of each upper plane together, in row-id order
-        plane_bounds = np.searchsorted(plane[by_plane], np.arange(forest.n_upper + 1))
+        plane_bounds, by_plane = groups.group_members(plane + 1, forest.n_upper + 1)  # -1 (no plane) first
+        plane_bounds = plane_bounds[1:]
 
         def stitch_plane(position):
             rows = by_plane[plane_bounds[position]:plane_bounds[position + 1]]

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import kernels
-from ..kernels import groups, refine
+from ..kernels import groups, refine, windows
 from ..kernels.missing import fill_missing
-from .blocking import principal_direction
 
 NEIGHBORS = 6  # candidate groups per group in the local search (8: +18% CPU, same IL; BENCHMARKS.md)
 
@@ -105,31 +104,25 @@ def improve_window(Z, labels, k, solver, settings):
     return labels, 0.0
 
 
-def _windows(centroids, candidates, sizes, window_rows):
-    """Split ``candidates`` (group ids) into sub-windows of whole groups of at most ``window_rows`` rows."""
-    if sizes[candidates].sum() <= window_rows or len(candidates) < 4:
-        return [candidates]
-    c = np.ascontiguousarray(centroids[candidates])
-    p = kernels.project(c, principal_direction(c))
-    order = np.argsort(p, kind="stable")
-    half = len(candidates) // 2
-    return (_windows(centroids, candidates[order[:half]], sizes, window_rows)
-            + _windows(centroids, candidates[order[half:]], sizes, window_rows))
-
-
 def improve_groups(Z, local, n_groups, candidates, k, solver, settings, shape=None):
     """Re-solve the groups ``candidates`` of ``local`` (labels ``0..n_groups-1`` of ``Z``) window by
-    window. ``shape`` is ``groups.group_shape(Z, local, n_groups)`` if the caller has it.
+    window (:func:`microagg.kernels.windows.split_windows`). ``shape`` is
+    ``groups.group_shape(Z, local, n_groups)`` if the caller has it.
 
     Returns ``(new_local, gain)``: improved windows get fresh labels from ``n_groups`` up.
     """
     centroids, _, sizes = shape or groups.group_shape(Z, local, n_groups)
+    candidates = np.ascontiguousarray(candidates, dtype=np.int64)
+    if not settings.repartition:  # local search only: the whole loop in one kernel
+        return windows.improve_windows(Z, local, n_groups, candidates, centroids, sizes, k, 2 * k - 1, NEIGHBORS,
+                                       settings.window_sweeps, settings.window_rows)
     start, rows = groups.group_members(local, n_groups)
+    order, bounds = windows.split_windows(centroids, candidates, sizes, settings.window_rows)
     local = local.copy()
     gain = 0.0
     next_id = n_groups
-    for window in _windows(centroids, np.asarray(candidates, dtype=np.int64), sizes, settings.window_rows):
-        members = groups.gather_groups(start, rows, window)
+    for w in range(len(bounds) - 1):
+        members = groups.gather_groups(start, rows, order[bounds[w]:bounds[w + 1]])
         new, won = improve_window(np.ascontiguousarray(Z[members]), compact(local[members]), k, solver, settings)
         if won > 0:
             gain += won
@@ -148,10 +141,8 @@ def task_order(leaf, tree, task):
     leaves = tree.subtree_leaves(int(tree.task_root[task]))
     rank = np.full(tree.n_leaves, len(leaves), dtype=np.int64)
     rank[leaves] = np.arange(len(leaves))
-    key = rank[leaf]
-    order = np.argsort(key, kind="stable")
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(key, minlength=len(leaves))[: len(leaves)])])
-    return order, bounds
+    start, order = groups.group_members(rank[leaf], len(leaves) + 1)  # a stable counting sort
+    return order, start[: len(leaves) + 1]
 
 
 class _TaskSolver:
@@ -205,8 +196,9 @@ class _TaskSolver:
             return
         new, gain = improve_groups(Zr, local, g, candidates, self.k, self.solver, self.settings, shape)
         if gain > 0:
+            new, g = groups.compact_labels(new)  # ids stay below the rows' count (compact's fast path)
             self.labels[s:e] = new + self.next
-            self.next += int(new.max()) + 1
+            self.next += g
             self.gain += gain
 
 

@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 import microagg
 import naive
 from microagg import kernels
-from microagg.kernels import groups
+from microagg.kernels import groups, windows
 from microagg.kernels.refine import _nearest_groups
 from microagg.pipeline import stats
 
@@ -380,3 +380,61 @@ def test_refine_accepts_groups_larger_than_max_size():
     sizes = np.bincount(labels)
     assert sizes.min() >= 3 and sizes.max() <= 15
     assert naive.sse(X, labels) < before
+
+
+# --- stitching windows ----------------------------------------------------------------------------
+
+
+@FAST
+@given(float_matrix(min_rows=2, max_rows=60, max_cols=13, bound=100.0))
+def test_principal_axis_matches_numpy(P):
+    centred = P - P.mean(axis=0)
+    values, vectors = np.linalg.eigh(centred.T @ centred)
+    assume(values[-1] > 1e-6 * max(1.0, abs(values).max()))
+    assume(len(values) == 1 or values[-1] - values[-2] > 1e-6 * values[-1])  # a well-defined direction
+    v = windows.principal_axis(P, np.arange(len(P)))
+    want = vectors[:, -1] * np.sign(vectors[np.argmax(np.abs(vectors[:, -1])), -1])
+    np.testing.assert_allclose(np.linalg.norm(v), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(v, want, atol=1e-6)
+
+
+@FAST
+@given(st.integers(1, 300), st.integers(1, 5), st.integers(1, 400), st.integers(0, 2**32 - 1))
+def test_split_windows_cuts_whole_groups_by_median(m, d, window_rows, seed):
+    rng = np.random.default_rng(seed)
+    centroids = rng.normal(size=(m + 7, d)) * rng.uniform(0.5, 4.0, size=d)
+    sizes = rng.integers(3, 9, size=m + 7).astype(np.int64)
+    candidates = rng.permutation(m + 7)[:m].astype(np.int64)
+    order, bounds = windows.split_windows(centroids, candidates, sizes, window_rows)
+    assert sorted(order.tolist()) == sorted(candidates.tolist()) and bounds[0] == 0 and bounds[-1] == m
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        assert b > a
+        # a window is either small enough or could not be cut further (fewer than 4 groups)
+        assert sizes[order[a:b]].sum() <= window_rows or b - a < 4
+    if sizes[candidates].sum() > window_rows and m >= 4:  # the first cut: a median split of the centroids
+        assert m // 2 in bounds.tolist()
+        p = centroids @ windows.principal_axis(centroids, candidates)
+        assert p[order[: m // 2]].max() <= p[order[m // 2:]].min() + 1e-9
+    else:
+        assert bounds.tolist() == [0, m]
+
+
+@FAST
+@given(partitioned(), st.integers(1, 3), st.integers(10, 80), st.integers(0, 2**32 - 1))
+def test_improve_windows_never_raises_sse_and_touches_only_candidates(case, sweeps, window_rows, seed):
+    X, k, labels = case
+    g = int(labels.max()) + 1
+    chosen = np.sort(np.random.default_rng(seed).permutation(g)[: max(1, g // 2)]).astype(np.int64)
+    centroids, _, sizes = groups.group_shape(X, labels, g)
+    new, gain = windows.improve_windows(X, labels, g, chosen, centroids, sizes, k, 2 * k - 1, 4, sweeps, window_rows)
+    outside = ~np.isin(labels, chosen)
+    assert np.array_equal(new[outside], labels[outside])
+    sizes = np.bincount(new)
+    assert sizes[sizes > 0].min() >= k and sizes.max() <= 2 * k - 1
+    before, after = naive.sse(X, labels), naive.sse(X, new)
+    assert gain >= 0 and after <= before + 1e-9 * max(1.0, before)
+    np.testing.assert_allclose(before - after, gain, atol=1e-7 * max(1.0, before))
+    # every window is re-solved as a whole: rows of an untouched group keep one label, and no new
+    # group mixes candidate and non-candidate rows
+    for label in np.unique(new[~outside]):
+        assert not outside[new == label].any()

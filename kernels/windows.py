@@ -1,0 +1,191 @@
+"""Stitching windows in one kernel: cut the groups near a split plane into windows, improve each.
+
+The stitching stage (:mod:`microagg.pipeline.stitch`) re-solves the groups near a split plane.
+Too many groups for one window are cut by recursive median splits of their centroids along the
+centroids' first principal direction, until every window holds at most ``window_rows`` rows; each
+window is then improved by the local search (:func:`microagg.kernels.refine.refine`) and kept only
+if its SSE drops. Doing the whole loop here instead of in Python removes a few NumPy calls per
+window (a principal direction, a sort, a gather, two SSEs), which at a million rows cost as much as
+the local search they serve.
+
+The principal direction comes from a cyclic Jacobi eigen-decomposition of the d x d scatter matrix
+(exact to rounding; NumPy's LAPACK is not available inside Numba without SciPy).
+"""
+
+import numpy as np
+
+from ._jit import jit
+from .groups import compact_labels, gather_groups, group_members
+from .refine import refine
+from .stats import sse
+
+
+@jit
+def top_eigenvector(A):
+    """Unit eigenvector of the largest eigenvalue of the symmetric matrix ``A`` (cyclic Jacobi;
+    ``A`` is overwritten). Sign: its largest-magnitude entry is positive."""
+    d = A.shape[0]
+    V = np.eye(d)
+    scale = 0.0
+    for p in range(d):
+        for q in range(d):
+            scale += A[p, q] * A[p, q]
+    for _ in range(64):
+        off = 0.0
+        for p in range(d - 1):
+            for q in range(p + 1, d):
+                off += A[p, q] * A[p, q]
+        if off <= 1e-30 * scale:
+            break
+        for p in range(d - 1):
+            for q in range(p + 1, d):
+                apq = A[p, q]
+                if apq == 0.0:
+                    continue
+                theta = (A[q, q] - A[p, p]) / (2.0 * apq)
+                t = 1.0 / (abs(theta) + np.sqrt(theta * theta + 1.0))
+                if theta < 0.0:
+                    t = -t
+                c = 1.0 / np.sqrt(t * t + 1.0)
+                s = t * c
+                for r in range(d):  # A P
+                    arp = A[r, p]
+                    arq = A[r, q]
+                    A[r, p] = c * arp - s * arq
+                    A[r, q] = s * arp + c * arq
+                for r in range(d):  # P^T (A P)
+                    apr = A[p, r]
+                    aqr = A[q, r]
+                    A[p, r] = c * apr - s * aqr
+                    A[q, r] = s * apr + c * aqr
+                for r in range(d):  # V P
+                    vrp = V[r, p]
+                    vrq = V[r, q]
+                    V[r, p] = c * vrp - s * vrq
+                    V[r, q] = s * vrp + c * vrq
+    top = 0
+    for p in range(1, d):
+        if A[p, p] > A[top, top]:
+            top = p
+    v = V[:, top].copy()
+    big = 0
+    for p in range(1, d):
+        if abs(v[p]) > abs(v[big]):
+            big = p
+    if v[big] < 0.0:
+        v = -v
+    return v
+
+
+@jit
+def principal_axis(P, ids):
+    """First principal direction of the rows ``P[ids]`` (see :func:`top_eigenvector`)."""
+    m = ids.shape[0]
+    d = P.shape[1]
+    mean = np.zeros(d)
+    for i in range(m):
+        for j in range(d):
+            mean[j] += P[ids[i], j]
+    for j in range(d):
+        mean[j] /= m
+    A = np.zeros((d, d))
+    x = np.empty(d)
+    for i in range(m):
+        for j in range(d):
+            x[j] = P[ids[i], j] - mean[j]
+        for p in range(d):
+            for q in range(p, d):
+                A[p, q] += x[p] * x[q]
+    for p in range(d):
+        for q in range(p):
+            A[p, q] = A[q, p]
+    return top_eigenvector(A)
+
+
+@jit
+def split_windows(centroids, candidates, sizes, window_rows):
+    """Cut the groups ``candidates`` into windows of whole groups of at most ``window_rows`` rows.
+
+    A set of groups larger than that (and of at least 4 groups) is sorted by the projection of its
+    centroids on their first principal direction (stable) and halved by count, recursively.
+    Returns ``(order, bounds)``: window w is ``order[bounds[w]:bounds[w + 1]]``, windows depth-first.
+    """
+    m = candidates.shape[0]
+    order = candidates.copy()
+    bounds = np.zeros(m + 1, dtype=np.int64)
+    n_windows = 0
+    stack = np.empty((2 * m + 2, 2), dtype=np.int64)
+    stack[0, 0] = 0
+    stack[0, 1] = m
+    top = 1
+    d = centroids.shape[1]
+    while top > 0:
+        top -= 1
+        s = stack[top, 0]
+        e = stack[top, 1]
+        rows = 0
+        for i in range(s, e):
+            rows += sizes[order[i]]
+        if rows <= window_rows or e - s < 4:
+            bounds[n_windows + 1] = e
+            n_windows += 1
+            continue
+        part = order[s:e].copy()
+        v = principal_axis(centroids, part)
+        p = np.empty(e - s)
+        for i in range(e - s):
+            acc = 0.0
+            for j in range(d):
+                acc += centroids[part[i], j] * v[j]
+            p[i] = acc
+        rank = np.argsort(p, kind="mergesort")
+        for i in range(e - s):
+            order[s + i] = part[rank[i]]
+        half = s + (e - s) // 2
+        stack[top, 0] = half  # the right half after the left one
+        stack[top, 1] = e
+        stack[top + 1, 0] = s
+        stack[top + 1, 1] = half
+        top += 2
+    return order, bounds[: n_windows + 1]
+
+
+@jit
+def improve_windows(Z, labels, n_groups, candidates, centroids, sizes, k, max_size, n_neighbors, sweeps,
+                    window_rows):
+    """Improve the groups ``candidates`` of ``labels`` (``0..n_groups-1``, rows of ``Z``) window by
+    window (:func:`split_windows`) by local search; a window is kept only if its SSE drops.
+
+    Returns ``(new_labels, gain)``: an improved window's groups get fresh ids from ``n_groups`` up,
+    ``gain`` is the SSE won. Rows of a window are visited in ascending order, its groups in order of
+    first appearance, so the result does not depend on how the groups were numbered.
+    """
+    start, rows = group_members(labels, n_groups)
+    order, bounds = split_windows(centroids, candidates, sizes, window_rows)
+    out = labels.copy()
+    d = Z.shape[1]
+    gain = 0.0
+    next_id = n_groups
+    for w in range(bounds.shape[0] - 1):
+        members = gather_groups(start, rows, order[bounds[w]:bounds[w + 1]])
+        m = members.shape[0]
+        sub = np.empty((m, d))
+        old = np.empty(m, dtype=np.int64)
+        for t in range(m):
+            old[t] = labels[members[t]]
+            for j in range(d):
+                sub[t, j] = Z[members[t], j]
+        local, g = compact_labels(old)
+        before = sse(sub, local, g)
+        refine(sub, local, k, max_size, n_neighbors, sweeps)
+        top = 0
+        for t in range(m):
+            if local[t] > top:
+                top = local[t]
+        after = sse(sub, local, top + 1)
+        if after < before:
+            gain += before - after
+            for t in range(m):
+                out[members[t]] = local[t] + next_id
+            next_id += top + 1
+    return out, gain
