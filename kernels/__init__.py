@@ -1,6 +1,6 @@
 """Numba kernels on NumPy arrays: no DataFrames, paths or clients here (see STYLE.md)."""
 
-from .blocking import project, route, sample_mask, sequence_bucket, splitmix64
+from .blocking import grow_tree, project, route, sample_mask, sequence_bucket, splitmix64
 from .hm import optimal_contiguous, univariate_optimal
 from .mdav import mdav
 from .refine import refine
@@ -17,6 +17,7 @@ from .stats import (
 
 __all__ = [
     "exact_column_sums",
+    "grow_tree",
     "group_means",
     "group_medians",
     "group_sums",

@@ -3,6 +3,7 @@
 import numpy as np
 
 from ._jit import jit
+from .eigen import principal_axis
 
 _U64 = np.uint64
 
@@ -86,3 +87,90 @@ def sequence_bucket(stratum, score, s_stratum, s_score):
                 hi = mid
         out[i] = lo
     return out
+
+
+@jit
+def grow_tree(Z, fraction, block_size, one_block_rows, min_child, fixed):
+    """The split tree's nodes, grown from the sample ``Z`` (rows in row-id order) by recursive median
+    splits (see :mod:`microagg.pipeline.blocking`).
+
+    A cell of m sample rows stands for ``m / fraction`` input rows; it is split while that estimate
+    exceeds ``block_size`` (the root not at all when it is at most ``one_block_rows``) and it has at
+    least ``2 * min_child`` rows, at the median of its rows' projection on ``fixed`` (if given, else
+    on the cell's own first principal direction); a split leaving fewer than ``min_child`` rows on a
+    side is not made. Nodes and leaves are numbered in depth-first pre-order (left first), a cell's
+    rows kept in row-id order.
+
+    Returns ``(directions, thresholds, left, right, estimates, n_leaves)``; ``left`` / ``right`` hold a
+    child node id or ``-1 - leaf``.
+    """
+    n, d = Z.shape
+    W = Z.copy()  # the rows, moved with every partition so that each cell's rows are contiguous
+    spare = np.empty((n, d))
+    p = np.empty(n)
+    cap = n // max(min_child, 1) + 1  # every node has at least 2 * min_child rows, nodes nest
+    directions = np.empty((cap, d))
+    thresholds = np.empty(cap)
+    left = np.empty(cap, dtype=np.int64)
+    right = np.empty(cap, dtype=np.int64)
+    estimates = np.empty(cap)
+    stack = np.empty((cap + 2, 4), dtype=np.int64)  # (start, end, parent, side: 0 root, 1 left, 2 right)
+    stack[0, 0] = 0
+    stack[0, 1] = n
+    stack[0, 2] = -1
+    stack[0, 3] = 0
+    top = 1
+    n_nodes = 0
+    n_leaves = 0
+    while top > 0:
+        top -= 1
+        s, e, parent, side = stack[top, 0], stack[top, 1], stack[top, 2], stack[top, 3]
+        m = e - s
+        estimate = m / fraction
+        split = False
+        v = fixed
+        threshold = 0.0
+        n_left = 0
+        if estimate > block_size and not (side == 0 and estimate <= one_block_rows) and m >= 2 * min_child:
+            if fixed.shape[0] == 0:
+                v = principal_axis(W, np.arange(s, e))
+            for i in range(m):
+                acc = 0.0
+                for j in range(d):
+                    acc += W[s + i, j] * v[j]
+                p[i] = acc
+            threshold = np.median(p[:m])
+            for i in range(m):
+                if p[i] <= threshold:
+                    n_left += 1
+            split = min_child <= n_left <= m - min_child
+        if split:
+            ref = n_nodes
+            n_nodes += 1
+            directions[ref] = v
+            thresholds[ref] = threshold
+            estimates[ref] = estimate
+            a = s
+            b = s + n_left
+            for i in range(m):  # stable partition: each side keeps row-id order
+                t = a
+                if p[i] <= threshold:
+                    a += 1
+                else:
+                    t = b
+                    b += 1
+                for j in range(d):
+                    spare[t, j] = W[s + i, j]
+            W[s:e] = spare[s:e]
+            stack[top, 0], stack[top, 1], stack[top, 2], stack[top, 3] = s + n_left, e, ref, 2
+            stack[top + 1, 0], stack[top + 1, 1], stack[top + 1, 2], stack[top + 1, 3] = s, s + n_left, ref, 1
+            top += 2
+        else:
+            ref = -1 - n_leaves
+            n_leaves += 1
+        if side == 1:
+            left[parent] = ref
+        elif side == 2:
+            right[parent] = ref
+    return (directions[:n_nodes].copy(), thresholds[:n_nodes].copy(), left[:n_nodes].copy(),
+            right[:n_nodes].copy(), estimates[:n_nodes].copy(), n_leaves)

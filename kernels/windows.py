@@ -7,99 +7,15 @@ window is then improved by the local search (:func:`microagg.kernels.refine.refi
 if its SSE drops. Doing the whole loop here instead of in Python removes a few NumPy calls per
 window (a principal direction, a sort, a gather, two SSEs), which at a million rows cost as much as
 the local search they serve.
-
-The principal direction comes from a cyclic Jacobi eigen-decomposition of the d x d scatter matrix
-(exact to rounding; NumPy's LAPACK is not available inside Numba without SciPy).
 """
 
 import numpy as np
 
 from ._jit import jit
+from .eigen import principal_axis
 from .groups import compact_labels, gather_groups, group_members
 from .refine import refine
 from .stats import sse
-
-
-@jit
-def top_eigenvector(A):
-    """Unit eigenvector of the largest eigenvalue of the symmetric matrix ``A`` (cyclic Jacobi;
-    ``A`` is overwritten). Sign: its largest-magnitude entry is positive."""
-    d = A.shape[0]
-    V = np.eye(d)
-    scale = 0.0
-    for p in range(d):
-        for q in range(d):
-            scale += A[p, q] * A[p, q]
-    for _ in range(64):
-        off = 0.0
-        for p in range(d - 1):
-            for q in range(p + 1, d):
-                off += A[p, q] * A[p, q]
-        if off <= 1e-30 * scale:
-            break
-        for p in range(d - 1):
-            for q in range(p + 1, d):
-                apq = A[p, q]
-                if apq == 0.0:
-                    continue
-                theta = (A[q, q] - A[p, p]) / (2.0 * apq)
-                t = 1.0 / (abs(theta) + np.sqrt(theta * theta + 1.0))
-                if theta < 0.0:
-                    t = -t
-                c = 1.0 / np.sqrt(t * t + 1.0)
-                s = t * c
-                for r in range(d):  # A P
-                    arp = A[r, p]
-                    arq = A[r, q]
-                    A[r, p] = c * arp - s * arq
-                    A[r, q] = s * arp + c * arq
-                for r in range(d):  # P^T (A P)
-                    apr = A[p, r]
-                    aqr = A[q, r]
-                    A[p, r] = c * apr - s * aqr
-                    A[q, r] = s * apr + c * aqr
-                for r in range(d):  # V P
-                    vrp = V[r, p]
-                    vrq = V[r, q]
-                    V[r, p] = c * vrp - s * vrq
-                    V[r, q] = s * vrp + c * vrq
-    top = 0
-    for p in range(1, d):
-        if A[p, p] > A[top, top]:
-            top = p
-    v = V[:, top].copy()
-    big = 0
-    for p in range(1, d):
-        if abs(v[p]) > abs(v[big]):
-            big = p
-    if v[big] < 0.0:
-        v = -v
-    return v
-
-
-@jit
-def principal_axis(P, ids):
-    """First principal direction of the rows ``P[ids]`` (see :func:`top_eigenvector`)."""
-    m = ids.shape[0]
-    d = P.shape[1]
-    mean = np.zeros(d)
-    for i in range(m):
-        for j in range(d):
-            mean[j] += P[ids[i], j]
-    for j in range(d):
-        mean[j] /= m
-    A = np.zeros((d, d))
-    x = np.empty(d)
-    for i in range(m):
-        for j in range(d):
-            x[j] = P[ids[i], j] - mean[j]
-        for p in range(d):
-            for q in range(p, d):
-                A[p, q] += x[p] * x[q]
-    for p in range(d):
-        for q in range(p):
-            A[p, q] = A[q, p]
-    return top_eigenvector(A)
 
 
 @jit

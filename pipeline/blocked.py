@@ -61,14 +61,16 @@ def blocked_partition(Z, k, solver, settings, plan=Blocking(), threads=None, str
         plane = np.where(plane < 0, -1, plane + forest.upper_offset[forest.task_stratum[task]])
         return rows, (labels, plane, gain)
 
-    group = np.empty(n, dtype=np.int64)
+    group = np.empty(n, dtype=np.int64)  # dense ids (each task's, then each plane's, after the last)
     plane = np.empty(n, dtype=np.int64)
     gain = 0.0
+    next_id = 0
     with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
-        for task, (rows, solved) in enumerate(pool.map(solve, range(forest.n_tasks))):
+        for rows, solved in pool.map(solve, range(forest.n_tasks)):
             if solved is not None:
                 labels, plane[rows], task_gain = solved
-                group[rows] = stitch.task_group(task, labels)
+                group[rows] = labels + next_id
+                next_id += int(labels.max()) + 1
                 gain += task_gain
 
         plane_bounds, by_plane = groups.group_members(plane + 1, forest.n_upper + 1)  # -1 (no plane) first
@@ -80,10 +82,11 @@ def blocked_partition(Z, k, solver, settings, plan=Blocking(), threads=None, str
                 return rows, None
             return rows, stitch.stitch_upper(np.ascontiguousarray(Z[rows]), group[rows], k, solver, settings)
 
-        for position, (rows, stitched) in enumerate(pool.map(stitch_plane, range(forest.n_upper))):
+        for rows, stitched in pool.map(stitch_plane, range(forest.n_upper)):
             if stitched is not None:
                 labels, plane_gain = stitched
-                group[rows] = stitch.upper_group(forest, position, labels)
+                group[rows] = labels + next_id
+                next_id += int(labels.max()) + 1
                 gain += plane_gain
     info = {"blocks": forest.n_leaves, "tasks": forest.n_tasks, "upper_planes": forest.n_upper,
             "stitch_sse_gain": gain}

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import kernels
-from ..kernels import project
 
 ORDERS = ("kd", "pca", "zscore")
 MIN_LEAF_SAMPLE = 8
@@ -100,38 +99,15 @@ def build_tree(Z, fraction, block_size, task_rows, k, order="kd", one_block_rows
     elif order == "zscore":
         fixed = np.full(d, 1.0 / np.sqrt(d))
     min_child = max(MIN_LEAF_SAMPLE, k)
-    directions, thresholds, lefts, rights, estimates = [], [], [], [], []
-    n_leaves = 0
-
-    def grow(idx, root=False):
-        nonlocal n_leaves
-        estimate = len(idx) / fraction
-        whole = root and estimate <= one_block_rows
-        if estimate > block_size and not whole and len(idx) >= 2 * min_child:
-            cell = Z[idx]  # one gather per node (C-contiguous), for the direction and the projection
-            v = fixed if fixed is not None else principal_direction(cell)
-            p = project(cell, v)
-            threshold = float(np.median(p))
-            go_left = p <= threshold
-            if min_child <= go_left.sum() <= len(idx) - min_child:
-                node = len(thresholds)
-                directions.append(v)
-                thresholds.append(threshold)
-                lefts.append(0)
-                rights.append(0)
-                estimates.append(estimate)
-                lefts[node] = grow(idx[go_left])
-                rights[node] = grow(idx[~go_left])
-                return node
-        n_leaves += 1
-        return -n_leaves  # == -1 - leaf
-
-    root = grow(np.arange(Z.shape[0]), root=True)
+    directions, thresholds, left, right, estimates, n_leaves = kernels.grow_tree(
+        np.ascontiguousarray(Z, dtype=np.float64), fraction, float(block_size), float(one_block_rows), min_child,
+        np.empty(0) if fixed is None else np.ascontiguousarray(fixed, dtype=np.float64))
+    root = 0 if len(thresholds) else -1
     tree = SplitTree(
-        directions=np.ascontiguousarray(np.array(directions, dtype=np.float64).reshape(len(thresholds), d)),
-        thresholds=np.array(thresholds, dtype=np.float64),
-        left=np.array(lefts, dtype=np.int64),
-        right=np.array(rights, dtype=np.int64),
+        directions=np.ascontiguousarray(directions.reshape(len(thresholds), d)),
+        thresholds=thresholds,
+        left=left,
+        right=right,
         leaf_task=np.zeros(n_leaves, dtype=np.int64),
         task_root=np.zeros(0, dtype=np.int64),
         upper=np.zeros(0, dtype=np.int64),

@@ -243,11 +243,6 @@ def task_group(task, labels):
     return (np.int64(task) << 32) | labels
 
 
-def upper_group(tree, position, labels):
-    """Release-wide group ids of the groups re-solved across upper plane ``position``."""
-    return (np.int64(tree.n_tasks + position) << 32) | labels
-
-
 def assign_upper(Z, labels, tree, task, settings):
     """For each group of a task, the upper split plane (its position in ``tree.upper``) it will be
     stitched across, or -1.

@@ -306,3 +306,41 @@ def mic1d_paper(X, k, merge=False):
             lo, hi = range1[c]
             out[c] = lo + (hi - lo) * level
     return out.reshape(X.shape)
+
+
+def split_tree(Z, fraction, block_size, one_block_rows, min_child, fixed=None):
+    """The split tree of ``microagg.kernels.grow_tree`` by plain recursion with NumPy's eigh:
+    ``(directions, thresholds, left, right, estimates, n_leaves)``, nodes and leaves in pre-order."""
+    directions, thresholds, left, right, estimates = [], [], [], [], []
+    n_leaves = 0
+
+    def direction(cell):
+        centred = cell - cell.mean(axis=0)
+        vector = np.linalg.eigh(centred.T @ centred)[1][:, -1]
+        return vector if vector[np.argmax(np.abs(vector))] >= 0 else -vector
+
+    def grow(idx, root=False):
+        nonlocal n_leaves
+        estimate = len(idx) / fraction
+        if estimate > block_size and not (root and estimate <= one_block_rows) and len(idx) >= 2 * min_child:
+            v = direction(Z[idx]) if fixed is None else fixed
+            p = Z[idx] @ v
+            threshold = np.median(p)
+            go_left = p <= threshold
+            if min_child <= go_left.sum() <= len(idx) - min_child:
+                node = len(thresholds)
+                directions.append(v)
+                thresholds.append(threshold)
+                estimates.append(estimate)
+                left.append(0)
+                right.append(0)
+                left[node] = grow(idx[go_left])
+                right[node] = grow(idx[~go_left])
+                return node
+        n_leaves += 1
+        return -n_leaves
+
+    grow(np.arange(len(Z)), root=True)
+    d = Z.shape[1]
+    return (np.array(directions).reshape(-1, d), np.array(thresholds), np.array(left, dtype=np.int64),
+            np.array(right, dtype=np.int64), np.array(estimates), n_leaves)

@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 import microagg
 import naive
 from microagg import kernels
-from microagg.kernels import groups, windows
+from microagg.kernels import eigen, groups, windows
 from microagg.kernels.refine import _nearest_groups
 from microagg.pipeline import stats
 
@@ -392,10 +392,10 @@ def test_principal_axis_matches_numpy(P):
     values, vectors = np.linalg.eigh(centred.T @ centred)
     assume(values[-1] > 1e-6 * max(1.0, abs(values).max()))
     assume(len(values) == 1 or values[-1] - values[-2] > 1e-6 * values[-1])  # a well-defined direction
-    v = windows.principal_axis(P, np.arange(len(P)))
-    want = vectors[:, -1] * np.sign(vectors[np.argmax(np.abs(vectors[:, -1])), -1])
+    v = eigen.principal_axis(P, np.arange(len(P)))
     np.testing.assert_allclose(np.linalg.norm(v), 1.0, rtol=1e-12)
-    np.testing.assert_allclose(v, want, atol=1e-6)
+    np.testing.assert_allclose(abs(v @ vectors[:, -1]), 1.0, atol=1e-9)  # the same axis as LAPACK's
+    assert v[np.argmax(np.abs(v))] > 0  # sign: the largest entry positive
 
 
 @FAST
@@ -413,7 +413,7 @@ def test_split_windows_cuts_whole_groups_by_median(m, d, window_rows, seed):
         assert sizes[order[a:b]].sum() <= window_rows or b - a < 4
     if sizes[candidates].sum() > window_rows and m >= 4:  # the first cut: a median split of the centroids
         assert m // 2 in bounds.tolist()
-        p = centroids @ windows.principal_axis(centroids, candidates)
+        p = centroids @ eigen.principal_axis(centroids, candidates)
         assert p[order[: m // 2]].max() <= p[order[m // 2:]].min() + 1e-9
     else:
         assert bounds.tolist() == [0, m]
@@ -438,3 +438,25 @@ def test_improve_windows_never_raises_sse_and_touches_only_candidates(case, swee
     # group mixes candidate and non-candidate rows
     for label in np.unique(new[~outside]):
         assert not outside[new == label].any()
+
+
+@FAST
+@given(st.integers(20, 600), st.integers(1, 6), st.sampled_from([0.25, 0.5, 1.0]), st.integers(20, 200),
+       st.booleans(), st.integers(0, 2**32 - 1))
+def test_grow_tree_matches_the_recursive_reference(n, d, fraction, block_size, fixed, seed):
+    rng = np.random.default_rng(seed)
+    Z = rng.normal(size=(n, d)) * rng.uniform(0.2, 3.0, size=d) + rng.normal(size=d)
+    direction = np.full(d, 1.0 / np.sqrt(d)) if fixed else None
+    got = kernels.grow_tree(Z, fraction, float(block_size), 0.0, 8, np.empty(0) if direction is None else direction)
+    want = naive.split_tree(Z, fraction, block_size, 0.0, 8, direction)
+    for a, b in zip(got[2:4], want[2:4]):
+        assert np.array_equal(a, b)  # the same shape: children and leaves in the same order
+    assert got[5] == want[5]
+    np.testing.assert_allclose(got[0], want[0], atol=1e-8)
+    np.testing.assert_allclose(got[1], want[1], atol=1e-8)
+    np.testing.assert_allclose(got[4], want[4])
+    if len(got[1]):  # every leaf's estimated rows within the block size, or too few rows to split
+        leaves = kernels.route(np.ascontiguousarray(Z), got[0], got[1], got[2], got[3])
+        counts = np.bincount(leaves, minlength=got[5])
+        assert ((counts / fraction <= block_size) | (counts < 2 * 8)).all()  # no ties in continuous data
+        assert counts.sum() == n and (counts >= 8).all()
