@@ -132,3 +132,43 @@ def scatter_group_index(index, seen, start, block, row_id, group, offset):
         r = row_id[i] - start
         seen[r, block] += 1
         index[r, block] = offset + group[i]
+
+
+@jit
+def file_pieces(row_id, group, n_groups, starts):
+    """A released piece's rows (``row_id`` ascending, ``group`` in ``0..n_groups-1``) cut by output file
+    (``starts``: each file's first row id, ascending), each file's groups renumbered in id order.
+
+    Returns ``(cuts, rank, ids, id_bounds)``: file f holds rows ``cuts[f]:cuts[f + 1]``, row i's group is
+    number ``rank[i]`` of that file's groups, which are ``ids[id_bounds[f]:id_bounds[f + 1]]``.
+    """
+    n = row_id.shape[0]
+    files = starts.shape[0]
+    cuts = np.empty(files + 1, dtype=np.int64)
+    cuts[0] = 0
+    at = 0
+    for f in range(files - 1):
+        while at < n and row_id[at] < starts[f + 1]:
+            at += 1
+        cuts[f + 1] = at
+    cuts[files] = n
+    rank = np.empty(n, dtype=np.int64)
+    used = np.zeros(n_groups, dtype=np.bool_)
+    index = np.empty(n_groups, dtype=np.int64)
+    ids = np.empty(min(n, n_groups * files), dtype=np.int64)  # a group is used at most once per file
+    id_bounds = np.empty(files + 1, dtype=np.int64)
+    id_bounds[0] = 0
+    t = 0
+    for f in range(files):
+        for i in range(cuts[f], cuts[f + 1]):
+            used[group[i]] = True
+        for g in range(n_groups):
+            if used[g]:
+                used[g] = False
+                index[g] = t - id_bounds[f]
+                ids[t] = g
+                t += 1
+        id_bounds[f + 1] = t
+        for i in range(cuts[f], cuts[f + 1]):
+            rank[i] = index[group[i]]
+    return cuts, rank, ids[:t], id_bounds

@@ -872,19 +872,13 @@ def _by_file(released, starts):
     piece is then counted (and, on a cluster, spilled or sent) at its own size, not with the whole
     table again (at 100M rows the repeated tables made the worker think it held 20 GB).
     """
-    bounds = np.searchsorted(released.row_id, [*starts[1:], np.iinfo(np.int64).max])
-    cuts = np.concatenate([[0], bounds])
+    row_id, group, table = released.row_id, released.group, released.table
+    cuts, rank, ids, id_bounds = groups.file_pieces(row_id, np.ascontiguousarray(group, dtype=np.int64), len(table),
+                                                    np.asarray(starts, dtype=np.int64))
     if np.count_nonzero(np.diff(cuts)) <= 1:
-        return [(released.row_id[a:b], released.group[a:b], released.table) for a, b in zip(cuts[:-1], cuts[1:])]
-    out = []
-    used = np.zeros(len(released.table), dtype=np.bool_)
-    for a, b in zip(cuts[:-1], cuts[1:]):
-        group = released.group[a:b]
-        used[:] = False
-        used[group] = True
-        rank = np.cumsum(used) - 1  # the used groups renumbered in order (np.unique's, without its sort)
-        out.append((released.row_id[a:b], rank[group], released.table[used]))
-    return out
+        return [(row_id[a:b], group[a:b], table) for a, b in zip(cuts[:-1], cuts[1:])]
+    return [(row_id[a:b], rank[a:b], table[ids[c:d]])
+            for a, b, c, d in zip(cuts[:-1], cuts[1:], id_bounds[:-1], id_bounds[1:])]
 
 
 def _merge_file_pieces(pieces):

@@ -460,3 +460,19 @@ def test_grow_tree_matches_the_recursive_reference(n, d, fraction, block_size, f
         counts = np.bincount(leaves, minlength=got[5])
         assert ((counts / fraction <= block_size) | (counts < 2 * 8)).all()  # no ties in continuous data
         assert counts.sum() == n and (counts >= 8).all()
+
+
+@FAST
+@given(st.integers(0, 80), st.integers(1, 12), st.integers(1, 6), st.integers(0, 2**32 - 1))
+def test_file_pieces_cut_a_piece_by_file(n, n_groups, files, seed):
+    rng = np.random.default_rng(seed)
+    row_id = np.sort(rng.choice(200, size=n, replace=False)).astype(np.int64)
+    group = rng.integers(0, n_groups, size=n).astype(np.int64)
+    starts = np.concatenate([[0], np.sort(rng.choice(np.arange(1, 200), size=files - 1, replace=False))])
+    cuts, rank, ids, id_bounds = groups.file_pieces(row_id, group, n_groups, starts.astype(np.int64))
+    assert cuts.tolist() == [0, *np.searchsorted(row_id, starts[1:]).tolist(), n]
+    for f in range(files):
+        a, b = cuts[f], cuts[f + 1]
+        used = np.unique(group[a:b])  # the file's groups in id order
+        assert ids[id_bounds[f]:id_bounds[f + 1]].tolist() == used.tolist()
+        assert np.array_equal(used[rank[a:b]], group[a:b])
