@@ -83,7 +83,9 @@ def _add_anonymize(sub):
                         "does (disclosure risk DLD and ID, real anonymity k', the IL family, checks): the report's "
                         "`evaluation` and the page's verdict line (about 15 s per million rows here)")
     add_risk_arguments(p, "with --evaluate: ")
-    p.add_argument("--rows-per-file", type=int, default=1_000_000, help="rows per output Parquet file")
+    p.add_argument("--rows-per-file", type=int, default=None,
+                   help="rows per output Parquet file (default 250,000: a file is one task of the write, and "
+                        "its memory grows with it)")
     p.add_argument("--refine", default="none", metavar="NAME",
                    help="refinement applied to every block after the method (see `microagg methods`): none "
                         "(default), local (local search to a local optimum), ils (iterated local search), "
@@ -156,7 +158,6 @@ def _anonymize(args):
         small_strata=args.small_strata,
         attribute_blocks=tuple(tuple(c.strip() for c in b.split(",") if c.strip()) for b in args.blocks.split(";"))
         if args.blocks else (),
-        rows_per_file=args.rows_per_file,
         refine=args.refine,
         method_options=_given(args, grow="grow", gamma="gamma", eps="eps", mhm_order="mhm_order",
                               grouping="univariate_grouping", remainder="remainder"),
@@ -170,7 +171,7 @@ def _anonymize(args):
         release_where=args.release_where,
         missing=args.missing,
         **dict(_given(args, block_size="block_size", blocks_per_task="blocks_per_task",
-                      one_block_rows="one_block_rows")),
+                      one_block_rows="one_block_rows", rows_per_file="rows_per_file")),
     )
     evaluation = None
     if args.evaluate:

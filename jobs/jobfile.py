@@ -15,7 +15,7 @@ Sections and keys (``*``: required)::
 
     [output]
     path*            the release directory (a local path); templates allowed
-    rows_per_file    rows per output Parquet file (default 1000000)
+    rows_per_file    rows per output Parquet file (default 250000)
 
     [anonymize]
     k*               minimum group size, an integer >= 2
@@ -500,7 +500,7 @@ def load(path, date=None):
         quasi_identifiers=anonymize.get("quasi_identifiers"),
         identifiers=anonymize.get("identifiers", ()),
         aggregate=anonymize.get("aggregate", "mean"),
-        rows_per_file=get("output", "rows_per_file", 1_000_000),
+        rows_per_file=get("output", "rows_per_file", ReleaseOptions.rows_per_file),
         order=anonymize.get("order", "kd"),
         block_size=anonymize.get("block_size", ReleaseOptions.block_size),
         blocks_per_task=anonymize.get("blocks_per_task", ReleaseOptions.blocks_per_task),

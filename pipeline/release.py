@@ -82,7 +82,7 @@ class ReleaseOptions:
     quasi_identifiers: tuple | None = None
     identifiers: tuple = ()
     aggregate: str = "mean"
-    rows_per_file: int = 1_000_000
+    rows_per_file: int = 250_000        # a file is one write task: 1M-row files made 1.5 GiB workers restart (BENCHMARKS.md)
     order: str = "kd"
     block_size: int = 2500              # largest block of the split tree (BENCHMARKS.md: block size)
     blocks_per_task: int = 32           # blocks solved and stitched together in one Dask task
