@@ -5,8 +5,8 @@ Too many groups for one window are cut by recursive median splits of their centr
 centroids' first principal direction, until every window holds at most ``window_rows`` rows; each
 window is then improved by the local search (:func:`microagg.kernels.refine.refine`) and kept only
 if its SSE drops. Doing the whole loop here instead of in Python removes a few NumPy calls per
-window (a principal direction, a sort, a gather, two SSEs), which at a million rows cost as much as
-the local search they serve.
+window (a principal direction, a sort, a gather, two SSEs), which at a million rows cost about half
+as much as the local search they serve (BENCHMARKS.md, tenth session).
 """
 
 import numpy as np
