@@ -3,11 +3,12 @@
 import argparse
 import logging
 import os
+import signal
 import sys
 
 from . import evaluate, generate, logs
 from . import run as jobrun
-from .exit_codes import EXIT_CLUSTER, EXIT_INTERRUPTED, is_cluster_failure
+from .exit_codes import EXIT_CLUSTER, EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, is_cluster_failure
 from .flags import add_cluster_arguments, add_risk_arguments
 
 EXIT_OK = 0
@@ -290,10 +291,13 @@ def main(argv=None):
         return 2
     from ..pipeline.errors import MicroaggError
 
+    previous = _on_sigterm()
     try:
         return logs.finished(args, COMMANDS[args.command](args))
     except MicroaggError as exc:
         return logs.failed(args, exc, exc.exit_code, f"microagg: error: {exc}")
+    except Terminated as exc:
+        return logs.failed(args, exc, EXIT_TERMINATED, "microagg: terminated (SIGTERM); nothing was written")
     except KeyboardInterrupt as exc:
         return logs.failed(args, exc, EXIT_INTERRUPTED, "microagg: interrupted; nothing was written")
     except Exception as exc:  # an unexpected failure: still one paragraph unless --debug
@@ -302,6 +306,22 @@ def main(argv=None):
                                                         f"({type(exc).__name__}): {exc}. Nothing was written.")
         return logs.failed(args, exc, EXIT_INTERNAL, f"microagg: internal error ({type(exc).__name__}): {exc}. "
                                                      f"Re-run with --debug for the traceback.")
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
+def _on_sigterm():
+    """Turn SIGTERM into :class:`Terminated` in the main thread (schedulers stop a job with SIGTERM
+    before they kill it); returns the previous handler, or None where no handler can be set."""
+    try:
+        return signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (the CLI called from a library's worker thread)
+        return None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,6 +18,8 @@ code  meaning
       ``KilledWorker``; the connection to the scheduler lost: ``CommClosedError``, a refused or
       reset connection, futures cancelled because the scheduler went away); nothing was written
 130   interrupted (SIGINT / Ctrl-C); nothing was written
+143   terminated (SIGTERM: a scheduler cancelling the job, a time limit, a pod being stopped); nothing
+      was written and the job's temporary directory is removed
 ====  ==========================================================================================
 
 The codes of the pipeline's own errors are the ``exit_code`` attributes of the classes in
@@ -33,6 +35,12 @@ EXIT_INPUT = 2          # pipeline.errors.InputError.exit_code
 EXIT_GATE = 3           # pipeline.errors.ReleaseGateError.exit_code
 EXIT_CLUSTER = 4        # pipeline.errors.ClusterError.exit_code
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+EXIT_TERMINATED = 143   # 128 + SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread by the CLI's handler: the job unwinds as for Ctrl-C (its
+    cluster shut down, its temporary directory removed) instead of dying where it stands."""
 
 # (module prefix, class name) of the exceptions that mean the cluster, not the job, failed
 _CLUSTER_FAILURES = (

@@ -32,6 +32,8 @@ import sys
 import traceback
 from datetime import datetime, timezone
 
+from .exit_codes import Terminated
+
 FORMATS = ("text", "json")
 
 _STAGE_STARTED = "stage %s ..."           # pipeline.release.Timings.stage
@@ -185,7 +187,7 @@ def failed(args, exc, code, text):
     entry = {"level": "ERROR", "logger": "microagg", "message": str(exc) or text, "event": "failed",
              "command": getattr(args, "command", None), "exit_code": code, "error": type(exc).__name__}
     if isinstance(exc, KeyboardInterrupt):
-        entry["message"] = "interrupted; nothing was written"
+        entry["message"] = f"{'terminated' if isinstance(exc, Terminated) else 'interrupted'}; nothing was written"
     if isinstance(getattr(exc, "errors", None), list):  # a job file's errors, one per [section] key
         entry["errors"] = [str(e) for e in exc.errors]
     if debug:

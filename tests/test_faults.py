@@ -239,6 +239,27 @@ def test_ctrl_c_in_the_middle_exits_130_and_leaves_nothing(tmp_path, data):
     assert not out.exists() and not temporaries(out)
 
 
+def test_sigterm_in_the_middle_exits_143_and_leaves_nothing(tmp_path, data):
+    """What a scheduler sends first when it cancels a job (Slurm's scancel or time limit, a Kubernetes
+    pod stopped): the job unwinds as for Ctrl-C, its temporary directory removed at once."""
+    _, source = data
+    out = tmp_path / "release"
+    job = Job("anonymize", source, out, "--k", 5, *OPTIONS)
+    try:
+        job.wait_for(split_tree, "split tree")
+        job.signal(signal.SIGTERM)
+        code = job.finish(timeout=60)
+        assert code == 143, (code, [e for e in job.events if e.get("event") in ("stage", "failed", "finished")])
+    finally:
+        job.stop()
+    (failed,) = [e for e in job.events if e.get("event") == "failed"]
+    assert failed["exit_code"] == 143 and failed["error"] == "Terminated"
+    assert failed["message"] == "terminated; nothing was written"
+    assert any(stage("blocks", "interrupted")(e) for e in job.events)
+    assert not any(stage("gate", "started")(e) for e in job.events)
+    assert not out.exists() and not temporaries(out)
+
+
 # --- which temporary directories are stale ---------------------------------------------------------
 
 linux_proc = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs Linux's /proc")
