@@ -220,43 +220,30 @@ def test_a_killed_job_keeps_the_previous_release_and_the_next_run_cleans_up(tmp_
     assert_k_anonymous(released, QUASI_IDENTIFIERS, 10)
 
 
-def test_ctrl_c_in_the_middle_exits_130_and_leaves_nothing(tmp_path, data):
+@pytest.mark.parametrize("sig, code, error, word", [
+    (signal.SIGINT, 130, "KeyboardInterrupt", "interrupted"),  # Ctrl-C
+    # what a scheduler sends first when it cancels a job (Slurm's scancel or time limit, a Kubernetes
+    # pod stopped): the job unwinds as for Ctrl-C
+    (signal.SIGTERM, 143, "Terminated", "terminated"),
+])
+def test_a_job_interrupted_in_the_middle_exits_with_its_code_and_leaves_nothing(tmp_path, data, sig, code, error,
+                                                                                word):
     _, source = data
     out = tmp_path / "release"
     job = Job("anonymize", source, out, "--k", 5, *OPTIONS)
     try:
         job.wait_for(split_tree, "split tree")
-        job.signal(signal.SIGINT)
-        code = job.finish(timeout=60)
-        assert code == 130, (code, [e for e in job.events if e.get("event") in ("stage", "failed", "finished")])
+        job.signal(sig)
+        got = job.finish(timeout=60)
+        assert got == code, (got, [e for e in job.events if e.get("event") in ("stage", "failed", "finished")])
     finally:
         job.stop()
     (failed,) = [e for e in job.events if e.get("event") == "failed"]
-    assert failed["exit_code"] == 130 and failed["error"] == "KeyboardInterrupt"
+    assert failed["exit_code"] == code and failed["error"] == error
+    assert failed["message"] == f"{word}; nothing was written"
     assert not any(stage("gate", "started")(e) for e in job.events)  # interrupted in the blocks stage
     assert any(stage("blocks", "interrupted")(e) for e in job.events)
     assert not any(stage("blocks", "done")(e) for e in job.events)
-    assert not out.exists() and not temporaries(out)
-
-
-def test_sigterm_in_the_middle_exits_143_and_leaves_nothing(tmp_path, data):
-    """What a scheduler sends first when it cancels a job (Slurm's scancel or time limit, a Kubernetes
-    pod stopped): the job unwinds as for Ctrl-C, its temporary directory removed at once."""
-    _, source = data
-    out = tmp_path / "release"
-    job = Job("anonymize", source, out, "--k", 5, *OPTIONS)
-    try:
-        job.wait_for(split_tree, "split tree")
-        job.signal(signal.SIGTERM)
-        code = job.finish(timeout=60)
-        assert code == 143, (code, [e for e in job.events if e.get("event") in ("stage", "failed", "finished")])
-    finally:
-        job.stop()
-    (failed,) = [e for e in job.events if e.get("event") == "failed"]
-    assert failed["exit_code"] == 143 and failed["error"] == "Terminated"
-    assert failed["message"] == "terminated; nothing was written"
-    assert any(stage("blocks", "interrupted")(e) for e in job.events)
-    assert not any(stage("gate", "started")(e) for e in job.events)
     assert not out.exists() and not temporaries(out)
 
 
