@@ -189,3 +189,18 @@ def test_a_memory_limit_below_a_workers_idle_footprint_is_refused(tmp_path):
     assert proc.returncode == 2
     assert "--memory-limit 200MiB: 200.00 MiB per worker is below the 512.00 MiB minimum" in proc.stderr
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_the_command_leaves_with_its_output_flushed_and_its_exit_code(tmp_path):
+    # the console command ends with os._exit (no interpreter teardown): everything printed and
+    # logged must still reach the pipes, and the exit code must be main's
+    out = tmp_path / "release"
+    proc = microagg_cli("--log-format", "json", "anonymize", "example:census", out, "--k", 3, "--scheduler",
+                        "synchronous", check=True)
+    assert proc.stdout.rstrip().endswith("information loss: 5.692 %")
+    last = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert (last["event"], last["exit_code"], last["rows_released"]) == ("finished", 0, 1080)
+    failed = microagg_cli("--log-format", "json", "anonymize", tmp_path / "missing.csv", tmp_path / "other", "--k", 3)
+    last = json.loads(failed.stderr.strip().splitlines()[-1])
+    assert failed.returncode == last["exit_code"] == 2
+    assert not (tmp_path / "other").exists()
