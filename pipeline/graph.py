@@ -57,7 +57,7 @@ class Layer:
         one piece receives that piece, not the whole list (on a cluster: not the whole transfer)."""
         return self.task((*ref.key[1:], index), operator.getitem, ref, index)
 
-    def exchange(self, tag, producers, n_consumers, merge, direct=None):
+    def exchange(self, tag, producers, n_consumers, merge, direct=None, rows=None):
         """The pieces each consumer receives from an all-to-all exchange: a list, per consumer, of
         references whose values, in order, hold its rows from ``producers`` in producer order.
 
@@ -68,8 +68,9 @@ class Layer:
         merged, consumer by consumer, by ``merge(pieces)`` (picklable; the rows keep their
         order); each consumer then gets one piece per batch. The tasks grow as
         ``2 min(P, C) sqrt(max(P, C))`` instead of ``P C``, for one more copy of the data in transit.
+        ``rows``: the rows in transit, if known, so that no merge holds more than :data:`MERGE_ROWS`.
         """
-        plan = exchange_plan(len(producers), n_consumers, direct)
+        plan = exchange_plan(len(producers), n_consumers, direct, rows)
         if plan is None:
             return [[self.item(p, c) for p in producers] for c in range(n_consumers)]
         batches, groups = plan
@@ -101,28 +102,38 @@ def _ranges(n, parts):
     return [(a, b) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
-def exchange_plan(n_producers, n_consumers, direct=None):
+MERGE_ROWS = 250_000
+"""Most rows one merge of a two-level exchange holds (when the exchange is told its rows). A merge is
+one object in a worker's memory, spilled and read back whole: at 30M rows, 30 input partitions and
+512 block tasks, 30 merges of a million rows each (about 140 MB, twice that while read back from the
+spill) pushed workers of 1.5 GiB over their limit while most of their memory was spilled already."""
+
+
+def exchange_plan(n_producers, n_consumers, direct=None, rows=None):
     """None for a direct exchange (producers x consumers at most ``direct``, default
     :data:`DIRECT_PIECES`), else ``(producer batches, consumer groups)`` as ranges of consecutive
     producers and consumers.
 
     With ``b`` batches and ``g`` groups the exchange makes ``P g`` slices, ``b g`` merges and ``b C``
     pieces. Each merge holds about ``rows / (b g)`` rows; ``b g = min(P, C)`` keeps that at most one
-    input partition's or one consumer's share, and ``b = sqrt(b g P / C)`` then minimises the count:
-    about ``2 min(P, C) sqrt(max(P, C))`` tasks (3,932 instead of 25,600 for 200 x 128)."""
+    input partition's or one consumer's share (and, given ``rows``, at least ``rows /``
+    :data:`MERGE_ROWS` merges keep it at most that), and ``b = sqrt(b g P / C)`` then minimises the
+    count: about ``2 min(P, C) sqrt(max(P, C))`` tasks (3,932 instead of 25,600 for 200 x 128)."""
     direct = DIRECT_PIECES if direct is None else direct
     if n_producers * n_consumers <= direct or n_producers < 2 or n_consumers < 2:
         return None
     merges = min(n_producers, n_consumers)
+    if rows:
+        merges = min(max(merges, -(-rows // MERGE_ROWS)), n_producers * n_consumers)
     batches = max(1, min(n_producers, round(math.sqrt(merges * n_producers / n_consumers))))
     groups = max(1, min(n_consumers, -(-merges // batches)))
     return _ranges(n_producers, batches), _ranges(n_consumers, groups)
 
 
-def exchange_tasks(n_producers, n_consumers, direct=None):
+def exchange_tasks(n_producers, n_consumers, direct=None, rows=None):
     """How many tasks :meth:`Layer.exchange` adds (slices, merges and pieces; not the producers or
     consumers): for the scaling model of ``tests/benchmarks/project_workers.py``."""
-    plan = exchange_plan(n_producers, n_consumers, direct)
+    plan = exchange_plan(n_producers, n_consumers, direct, rows)
     if plan is None:
         return n_producers * n_consumers
     batches, groups = plan

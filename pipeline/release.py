@@ -456,7 +456,7 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
     columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
     layer = graph.Layer("microagg-blocks")
     routed = [layer.task(("route", i), _route, part, job) for i, part in enumerate(frame[columns].to_delayed())]
-    inbound = layer.exchange("rows", routed, tree.n_tasks, partial(_concat, width=len(qi)))
+    inbound = layer.exchange("rows", routed, tree.n_tasks, partial(_concat, width=len(qi)), rows=n_rows)
     tasks = [layer.task(("solve", t), _solve_task, job, t, *inbound[t]) for t in range(tree.n_tasks)]
     released = [layer.item(t, 0) for t in tasks]
     if tree.n_upper:
@@ -961,7 +961,7 @@ def _per_file(released, n_rows, rows_per_file, func, *args):
     layer = graph.Layer(f"microagg-{func.__name__.strip('_')}")
     for block, (positions, pieces) in enumerate(released):  # an exchange per attribute block: one slot per piece
         cut = [layer.task(("cut", block, i), _by_file, r, starts) for i, r in enumerate(pieces)]
-        for i, refs in enumerate(layer.exchange(("files", block), cut, len(starts), _merge_file_pieces)):
+        for i, refs in enumerate(layer.exchange(("files", block), cut, len(starts), _merge_file_pieces, rows=n_rows)):
             inbound[i] += refs
             slots[i] += [tuple(int(c) for c in positions)] * len(refs)
     files = [layer.task(("file", i), func, int(a), int(b), *args, tuple(slots[i]), *inbound[i])

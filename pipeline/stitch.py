@@ -249,14 +249,41 @@ def assign_upper(Z, labels, tree, task, settings):
 
     A group near several planes goes to the nearest, so the upper stitching windows are disjoint
     and every upper plane can be stitched in parallel.
+
+    No plane receives more than about :data:`UPPER_ROWS` rows: each task sends a plane at most its
+    share of them (by the leaves below the plane), its groups nearest the plane first.
     """
-    centroids, radius, _ = groups.group_shape(Z, labels, int(labels.max()) + 1)
+    centroids, radius, sizes = groups.group_shape(Z, labels, int(labels.max()) + 1)
     plane = np.full(len(radius), -1, dtype=np.int64)
     best = np.full(len(radius), np.inf)
+    scale = radius + (np.median(radius) if len(radius) else 0.0)
     for position in tree.task_ancestors[task]:
         node = tree.upper[position]
         distance = plane_distance(centroids, tree.directions[node], tree.thresholds[node])
         better = near_plane(distance, radius, settings.upper_band) & (distance < best)
         plane[better] = position
         best[better] = distance[better]
+    task_leaves, plane_leaves = _leaf_counts(tree)
+    for position in tree.task_ancestors[task]:
+        bound = UPPER_ROWS * task_leaves[task] / plane_leaves[position]
+        members = np.flatnonzero(plane == position)
+        if sizes[members].sum() > bound:
+            nearest = members[np.argsort(best[members] / scale[members], kind="stable")]
+            over = np.cumsum(sizes[nearest]) > bound
+            plane[nearest[over]] = -1  # released by the task as its blocks and planes left it
     return plane
+
+
+UPPER_ROWS = 250_000
+"""Most rows one upper plane's stitching task gathers (about). Without a bound they grow with the
+input: at 10M rows the root plane drew 642,541 rows from its 128 tasks, at 30M about three times that,
+and that one task (about 0.4 GiB more memory in a second) was what killed workers of 1.5 GiB."""
+
+
+def _leaf_counts(tree):
+    """``(leaves of each task, leaves below each upper plane)`` of a split tree."""
+    task_leaves = np.bincount(tree.leaf_task, minlength=tree.n_tasks)
+    plane_leaves = np.zeros(len(tree.upper), dtype=np.int64)
+    for t, ancestors in enumerate(tree.task_ancestors):
+        plane_leaves[np.asarray(ancestors, dtype=np.int64)] += task_leaves[t]
+    return task_leaves, plane_leaves

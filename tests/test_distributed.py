@@ -137,6 +137,13 @@ def test_exchange_plan():
         assert max(b - a for a, b in ranges) - min(b - a for a, b in ranges) <= 1
     assert graph.exchange_tasks(200, 128) == 200 * 10 + 14 * 10 + 14 * 128 < 200 * 128 / 6
     assert [len(x) for x in graph.exchange_plan(4, 4, 0)] == [2, 2]
+    # told its rows, no merge holds more than MERGE_ROWS of them: 30M rows from 30 partitions to 512
+    # block tasks make 120 merges (3 batches x 40 groups), not 30 of a million rows each
+    assert [len(x) for x in graph.exchange_plan(30, 512)] == [1, 30]
+    batches, groups = graph.exchange_plan(30, 512, rows=30_000_000)
+    assert len(batches) * len(groups) == 30_000_000 // graph.MERGE_ROWS == 120
+    assert graph.exchange_plan(255, 40, rows=10_000_000) == graph.exchange_plan(255, 40)  # already small enough
+    assert len(graph.exchange_plan(3, 3, 0, rows=10**9)[1]) == 3  # never more merges than pairs
 
 
 def test_dask_api_is_independent_of_partitioning(data):
@@ -289,3 +296,30 @@ def test_real_anonymity_of_a_blocked_release(tmp_path, data):
     report = json.loads((out / "_report.json").read_text())
     released = pd.read_parquet(out)
     assert report["real_anonymity"]["all"] == len(released) / len(released[QI].drop_duplicates())
+
+
+def test_an_upper_plane_gathers_at_most_its_bound_of_rows(monkeypatch):
+    # the rows near an upper split plane travel to one stitching task: without a bound they grow
+    # with the input (the root plane's task killed workers of 1.5 GiB at 30M rows)
+    from microagg.pipeline import stitch
+
+    X = extract(40_000, seed=3)[QI].to_numpy()
+    seen = []
+    original = stitch.stitch_upper
+
+    def recorded(Z, group_ids, *args):
+        seen.append(len(Z))
+        return original(Z, group_ids, *args)
+
+    monkeypatch.setattr(stitch, "stitch_upper", recorded)
+    blocking = dict(block_size=500, blocks_per_task=4)
+    unbounded = microagg.partition(X, 5, **blocking)
+    assert len(seen) > 4 and max(seen) > 600
+    widest, seen[:] = max(seen), []
+    monkeypatch.setattr(stitch, "UPPER_ROWS", 600)
+    bounded = microagg.partition(X, 5, **blocking)
+    assert len(seen) > 4 and 0 < max(seen) <= 600 < widest
+    for labels in (unbounded, bounded):
+        assert np.bincount(labels).min() >= 5
+    loss = [microagg.information_loss(X, labels) for labels in (unbounded, bounded)]
+    assert loss[1] <= 1.05 * loss[0]  # fewer groups re-stitched across the upper planes: little lost

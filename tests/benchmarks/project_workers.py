@@ -266,7 +266,9 @@ def _exchanges(stage, tasks, target, f, cores):
         out.append((max(math.ceil(target / INPUT_ROWS_PER_PARTITION), 2 * cores),
                     math.ceil(_count(tasks, "_solve_task") * f)))
     if "_by_file" in labels:  # released pieces -> output files
-        out.append((math.ceil(_count(tasks, "_by_file") * f), max(1, math.ceil(target / 1_000_000))))
+        from microagg.pipeline.release import ReleaseOptions
+
+        out.append((math.ceil(_count(tasks, "_by_file") * f), max(1, math.ceil(target / ReleaseOptions.rows_per_file))))
     return out
 
 
@@ -277,14 +279,16 @@ def _task_counts(stage, tasks, target, f, cores):
     from microagg.pipeline import graph
 
     linear = sum(f for k in stage["keys"] if tasks[k][0] not in EXCHANGE)
-    return linear + sum(graph.exchange_tasks(p, c, PIPELINE_DIRECT) for p, c in _exchanges(stage, tasks, target, f, cores))
+    return linear + sum(graph.exchange_tasks(p, c, PIPELINE_DIRECT, target)
+                        for p, c in _exchanges(stage, tasks, target, f, cores))
 
 
 def _two_level(stage, tasks, target, f, cores):
     """Whether the stage's exchange takes two levels at ``target`` (its data then travel twice)."""
     from microagg.pipeline import graph
 
-    return any(graph.exchange_plan(p, c, PIPELINE_DIRECT) is not None for p, c in _exchanges(stage, tasks, target, f, cores))
+    return any(graph.exchange_plan(p, c, PIPELINE_DIRECT, target) is not None
+               for p, c in _exchanges(stage, tasks, target, f, cores))
 
 
 def project(stages, tasks, rows, target, workers, threads, bandwidth, overhead):
