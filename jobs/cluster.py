@@ -2,6 +2,7 @@
 
 import contextlib
 import logging
+import math
 import os
 from contextlib import contextmanager
 
@@ -64,6 +65,28 @@ def memory_limit_problem(value):
     return None
 
 
+TASK_HEADROOM = 512 * 2**20
+"""Memory a worker thread's running task may add above the worker's spill threshold: the largest
+tasks read a whole 1M-row input file and route it or write it, about 0.45 GiB at their peak
+(BENCHMARKS.md, "Tight memory limit")."""
+
+
+def memory_thresholds(memory_limit, threads_per_worker):
+    """Dask's spill thresholds (config keys) for workers of ``memory_limit`` (``"auto"``, a size, or
+    bytes): its defaults, spill at 70% of the limit down to 60%, unless they leave a running task
+    less than :data:`TASK_HEADROOM` per thread below 95%, where the nanny restarts the worker (at
+    1.5 GiB, one thread: spill at 61.6%, down to 51.6%). Empty for no limit or "auto"."""
+    from dask.utils import parse_bytes
+
+    if memory_limit in ("auto", None, 0):
+        return {}
+    limit = memory_limit if isinstance(memory_limit, int) else parse_bytes(memory_limit)
+    if not limit:
+        return {}
+    spill = math.floor(1000 * min(0.7, max(0.4, 0.95 - TASK_HEADROOM * threads_per_worker / limit))) / 1000
+    return {"distributed.worker.memory.spill": spill, "distributed.worker.memory.target": round(spill - 0.1, 3)}
+
+
 def one_blas_thread():
     """Context: the BLAS library of this process runs one thread. For workers as threads of this
     process, as Dask's nanny does for worker processes (``OPENBLAS_NUM_THREADS=1`` and the like):
@@ -112,7 +135,8 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
                  "process(es)" if processes else "(threads of this process)", threads_per_worker)
         if not processes:
             trim_freed_memory()
-        with dask.config.set({"distributed.comm.timeouts.connect": PEER_CONNECT_TIMEOUT}):
+        with dask.config.set({"distributed.comm.timeouts.connect": PEER_CONNECT_TIMEOUT,
+                              **memory_thresholds(memory_limit, threads_per_worker)}):
             cluster = LocalCluster(  # worker processes take the configuration they start with
                 n_workers=n,
                 threads_per_worker=threads_per_worker,

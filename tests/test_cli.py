@@ -171,7 +171,11 @@ def test_threaded_local_cluster_runs_blas_on_one_thread():
 def test_local_worker_processes_give_up_on_a_dead_peer_sooner():
     """--processes: the worker processes connect with PEER_CONNECT_TIMEOUT (a killed peer stalls
     their fetches that long, not Dask's 30 s); this process's configuration is left as it was."""
+    import importlib
+
     import dask
+
+    importlib.import_module("distributed")  # its configuration defaults, read below before any cluster starts
 
     from microagg.jobs.cluster import PEER_CONNECT_TIMEOUT, dask_client
 
@@ -180,6 +184,25 @@ def test_local_worker_processes_give_up_on_a_dead_peer_sooner():
         timeouts = client.run(lambda: __import__("dask").config.get("distributed.comm.timeouts.connect"))
     assert sorted(timeouts.values()) == [PEER_CONNECT_TIMEOUT] * 2
     assert dask.config.get("distributed.comm.timeouts.connect") == before
+
+
+def test_a_tight_memory_limit_spills_early_enough_to_leave_a_task_its_headroom():
+    """Worker processes of 1.5 GiB spill from 61.6% down to 51.6% of it (Dask's 70% / 60% would leave the
+    largest task 25% of the limit below the nanny's restart at 95%, less than it needs); a limit with
+    room to spare, or none given, keeps Dask's defaults."""
+    from microagg.jobs.cluster import TASK_HEADROOM, dask_client, memory_thresholds
+
+    def fractions(dask_worker):
+        memory = dask_worker.memory_manager
+        return memory.memory_spill_fraction, memory.memory_target_fraction
+
+    with dask_client("local", workers=1, threads_per_worker=1, memory_limit="1.5GiB", processes=True) as client:
+        ((spill, target),) = client.run(fractions).values()
+    assert (spill, target) == (0.616, 0.516)
+    assert (0.95 - spill) * 1.5 * 2**30 >= TASK_HEADROOM
+    assert memory_thresholds("1.5GiB", 2)["distributed.worker.memory.spill"] == 0.4  # two tasks at a time: floor
+    assert memory_thresholds("4GiB", 1) == {"distributed.worker.memory.spill": 0.7, "distributed.worker.memory.target": 0.6}
+    assert memory_thresholds("auto", 1) == memory_thresholds(0, 1) == {}
 
 
 def test_a_memory_limit_below_a_workers_idle_footprint_is_refused(tmp_path):
