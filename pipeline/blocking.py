@@ -20,6 +20,7 @@ Dask partition, solved and stitched internally. The split planes above the task 
 """
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -49,6 +50,15 @@ class SplitTree:
     @property
     def n_tasks(self):
         return len(self.task_root)
+
+    @cached_property
+    def leaf_counts(self):
+        """``(leaves of each task, leaves below each upper plane)``."""
+        task_leaves = np.bincount(self.leaf_task, minlength=self.n_tasks)
+        plane_leaves = np.zeros(len(self.upper), dtype=np.int64)
+        for t, ancestors in enumerate(self.task_ancestors):
+            plane_leaves[np.asarray(ancestors, dtype=np.int64)] += task_leaves[t]
+        return task_leaves, plane_leaves
 
     def route(self, Z):
         if len(self.thresholds) == 0:

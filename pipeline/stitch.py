@@ -263,7 +263,7 @@ def assign_upper(Z, labels, tree, task, settings):
         better = near_plane(distance, radius, settings.upper_band) & (distance < best)
         plane[better] = position
         best[better] = distance[better]
-    task_leaves, plane_leaves = _leaf_counts(tree)
+    task_leaves, plane_leaves = tree.leaf_counts
     for position in tree.task_ancestors[task]:
         bound = UPPER_ROWS * task_leaves[task] / plane_leaves[position]
         members = np.flatnonzero(plane == position)
@@ -278,12 +278,3 @@ UPPER_ROWS = 250_000
 """Most rows one upper plane's stitching task gathers (about). Without a bound they grow with the
 input: at 10M rows the root plane drew 642,541 rows from its 128 tasks, at 30M about three times that,
 and that one task (about 0.4 GiB more memory in a second) was what killed workers of 1.5 GiB."""
-
-
-def _leaf_counts(tree):
-    """``(leaves of each task, leaves below each upper plane)`` of a split tree."""
-    task_leaves = np.bincount(tree.leaf_task, minlength=tree.n_tasks)
-    plane_leaves = np.zeros(len(tree.upper), dtype=np.int64)
-    for t, ancestors in enumerate(tree.task_ancestors):
-        plane_leaves[np.asarray(ancestors, dtype=np.int64)] += task_leaves[t]
-    return task_leaves, plane_leaves
