@@ -268,7 +268,10 @@ def assign_upper(Z, labels, tree, task, settings):
         bound = UPPER_ROWS * task_leaves[task] / plane_leaves[position]
         members = np.flatnonzero(plane == position)
         if sizes[members].sum() > bound:
-            nearest = members[np.argsort(best[members] / scale[members], kind="stable")]
+            # in units of the band's scale; a group of identical records (scale 0) is on the plane
+            relative = np.divide(best[members], scale[members], out=np.zeros(len(members)),
+                                 where=scale[members] > 0)
+            nearest = members[np.argsort(relative, kind="stable")]
             over = np.cumsum(sizes[nearest]) > bound
             plane[nearest[over]] = -1  # released by the task as its blocks and planes left it
     return plane

@@ -323,3 +323,22 @@ def test_an_upper_plane_gathers_at_most_its_bound_of_rows(monkeypatch):
         assert np.bincount(labels).min() >= 5
     loss = [microagg.information_loss(X, labels) for labels in (unbounded, bounded)]
     assert loss[1] <= 1.05 * loss[0]  # fewer groups re-stitched across the upper planes: little lost
+
+
+def test_the_upper_plane_bound_keeps_groups_of_identical_records_on_the_plane_first(monkeypatch):
+    # groups of identical records have radius 0 (here most groups: the median radius is 0 too), and
+    # are still the nearest to a plane they lie on
+    from types import SimpleNamespace
+
+    from microagg.pipeline import stitch
+
+    tree = SimpleNamespace(task_ancestors=[[0]], upper=np.array([0]), directions=np.array([[1.0, 0.0]]),
+                           thresholds=np.array([0.0]), leaf_counts=(np.array([1]), np.array([1])))
+    Z = np.zeros((25, 2))
+    Z[15:, 0] = 0.005  # groups 3 and 4 a little off the plane (within its band), with a radius
+    Z[15::2, 1] = 0.05
+    labels = np.repeat(np.arange(5), 5)
+    monkeypatch.setattr(stitch, "UPPER_ROWS", 15)
+    assert stitch.assign_upper(Z, labels, tree, 0, stitch.STITCHING["light"]).tolist() == [0, 0, 0, -1, -1]
+    monkeypatch.setattr(stitch, "UPPER_ROWS", 100)
+    assert stitch.assign_upper(Z, labels, tree, 0, stitch.STITCHING["light"]).tolist() == [0] * 5
