@@ -176,18 +176,23 @@ def _partition_sums(part, qi, weights=None, strata=()):
     except (TypeError, ValueError) as exc:
         raise InputError(f"a quasi-identifier column holds non-numeric values: {exc}") from exc
     sums = stats.chunk(X)
-    finite = np.isfinite(X).all(axis=1)
-    F = X[finite]
+    # the exact sums counted every NaN and infinity: without any, the complete rows are all rows
+    clean = not (sums.nans.any() or sums.infs.any())
+    F = X if clean else X[np.isfinite(X).all(axis=1)]
     bad = 0
     if weights is not None:
         w = part[weights].to_numpy(dtype=np.float64, na_value=np.nan)
         bad = int((~(np.isfinite(w) & (w > 0))).sum())
     evidence = partition_counts(part, strata, qi) if strata else None
-    empty = int(np.isnan(X).all(axis=1).sum()) if X.shape[1] else 0  # rows with no observed QI
+    empty = int(np.isnan(X).all(axis=1).sum()) if X.shape[1] and sums.nans.any() else 0  # rows with no observed QI
     # the complete rows' centred cross-products (the reported covariance, the report's correlations)
     # and each column's observed extremes (the report's histogram edges)
-    lo = np.fmin.reduce(X, axis=0, initial=np.inf)  # fmin / fmax skip NaN
-    hi = np.fmax.reduce(X, axis=0, initial=-np.inf)
+    if clean:
+        lo = X.min(axis=0, initial=np.inf)
+        hi = X.max(axis=0, initial=-np.inf)
+    else:
+        lo = np.fmin.reduce(X, axis=0, initial=np.inf)  # fmin / fmax skip NaN
+        hi = np.fmax.reduce(X, axis=0, initial=-np.inf)
     return sums, *_comoments(F), bad, evidence, empty, lo, hi
 
 

@@ -102,3 +102,22 @@ def test_bad_missing_values_are_refused(tmp_path, change, flags, message):
     if change == "column":
         df["q2"] = np.nan
     assert_refused(tmp_path, df, ["q0", "q1", "q2"], 3, flags, message)
+
+
+@pytest.mark.parametrize("holes", [False, True])
+def test_the_statistics_pass_counts_complete_rows_extremes_and_empty_rows(holes):
+    from microagg.pipeline.release import _partition_sums
+
+    df = _with_holes(500) if holes else extract(500, d=5, seed=2)
+    if holes:
+        df.loc[7, QI5] = np.nan  # a row with no observed value
+    sums, complete, mean, comoment, bad, evidence, empty, lo, hi = _partition_sums(df, QI5)
+    X = df[QI5].to_numpy(dtype=np.float64)
+    F = X[~np.isnan(X).any(axis=1)]
+    assert complete == len(F) and (complete < len(X)) == holes
+    np.testing.assert_allclose(mean, F.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(comoment, (F - F.mean(axis=0)).T @ (F - F.mean(axis=0)), rtol=1e-10)
+    np.testing.assert_array_equal(lo, np.nanmin(X, axis=0))
+    np.testing.assert_array_equal(hi, np.nanmax(X, axis=0))
+    assert empty == (1 if holes else 0)
+    np.testing.assert_array_equal(sums.nans, np.isnan(X).sum(axis=0))
