@@ -64,15 +64,51 @@ def input_bytes(path):
     return sum(fs.size(f) or 0 for f in files if not os.path.basename(f).startswith(("_", ".")))
 
 
+PARQUET_BLOCKSIZE = "128MiB"
+"""Most uncompressed bytes of one partition of a Parquet input (Dask's ``blocksize`` with
+``split_row_groups="infer"``): a large file is read as several partitions of whole row groups, about
+a million rows of 16 numeric columns each. The largest tasks hold a whole input partition while they
+route or write it (about 0.45 GiB per million rows: ``jobs.cluster.TASK_HEADROOM``). With Dask's
+default, 256 MiB, a single 10M-row file of 1M-row row groups was read two row groups at a time, and
+workers of 1.5 GiB were killed routing them (BENCHMARKS.md, twelfth session)."""
+
+LARGE_ROW_GROUP = 2_000_000
+"""Rows of a Parquet row group beyond which :func:`read_input` warns: a row group is never split, one
+task reads it whole."""
+
+
 def read_input(path, blocksize="64MB"):
-    """A Dask DataFrame over the input; nothing is computed (schema only)."""
+    """A Dask DataFrame over the input; nothing is computed (schema only). CSV is read in blocks of
+    ``blocksize`` bytes, Parquet in partitions of whole row groups up to :data:`PARQUET_BLOCKSIZE`."""
     fmt, urlpath = resolve_input(path)
     try:
         if fmt == "csv":
             return dd.read_csv(urlpath, blocksize=blocksize)
-        return dd.read_parquet(urlpath)
+        ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {path!r} as {fmt.upper()}: {exc}") from exc
+    _warn_of_large_row_groups(urlpath)
+    return ddf
+
+
+def _warn_of_large_row_groups(urlpath):
+    """Log a warning if the first Parquet file of ``urlpath`` has a row group of more than
+    :data:`LARGE_ROW_GROUP` rows (its footer only is read)."""
+    import pyarrow.parquet as pq
+
+    try:
+        fs, _, paths = fsspec.get_fs_token_paths(urlpath)
+        names = sorted(p for p in (fs.find(paths[0]) if fs.isdir(paths[0]) else paths)
+                       if not os.path.basename(p).startswith(("_", ".")))
+        with fs.open(names[0], "rb") as fh:
+            meta = pq.ParquetFile(fh).metadata
+            largest = max((meta.row_group(i).num_rows for i in range(meta.num_row_groups)), default=0)
+    except Exception:  # unreadable footers fail the read itself, with its own message
+        return
+    if largest > LARGE_ROW_GROUP:
+        log.warning("input file %s has a row group of %s rows; a row group is never split: one task reads "
+                    "and holds it whole. If workers run out of memory, rewrite the input with row groups of "
+                    "at most about a million rows (pyarrow's row_group_size)", names[0], f"{largest:,}")
 
 
 # --- atomic commit --------------------------------------------------------------------------------

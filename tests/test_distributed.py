@@ -95,6 +95,30 @@ def test_an_input_too_large_to_keep_is_read_in_every_pass_with_the_same_release(
     assert kept == {measured: True, 10**9: False}
 
 
+def test_a_large_parquet_file_is_read_in_partitions_of_whole_row_groups(tmp_path, data, monkeypatch, caplog):
+    """A single file larger than io.PARQUET_BLOCKSIZE is read a few row groups per partition (so no
+    task holds the whole file), with the same release; a row group beyond io.LARGE_ROW_GROUP rows,
+    which no reader splits, is named in a warning."""
+    import logging
+
+    from microagg.pipeline import io, release
+
+    root, df = data
+    reference = _files(_run(tmp_path, "sync", root / "one.parquet", "--k", 4, *BLOCKED, "--scheduler", "synchronous"))
+    source = tmp_path / "row-groups.parquet"
+    df.to_parquet(source, index=False, row_group_size=2500)  # 8 row groups of about 0.3 MB
+    monkeypatch.setattr(io, "PARQUET_BLOCKSIZE", "700KB")
+    monkeypatch.setattr(io, "LARGE_ROW_GROUP", 2000)
+    with caplog.at_level(logging.WARNING, logger="microagg.pipeline.io"):
+        assert io.read_input(source).npartitions == 4
+    assert "has a row group of 2,500 rows" in caplog.text and str(source) in caplog.text
+    options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500,
+                                     blocks_per_task=4)
+    with dask.config.set(scheduler="synchronous"):
+        release.run(str(source), str(tmp_path / "release"), options)
+    assert _files(tmp_path / "release") == reference
+
+
 def test_the_two_level_exchange_gives_the_same_release(tmp_path, data, monkeypatch):
     """Past graph.DIRECT_PIECES (the large-cluster shape) rows reach their tasks, and released values
     their files, through two levels of pieces: same bytes as the direct exchange, with attribute
