@@ -64,3 +64,31 @@ def test_version_mismatches_lists_every_difference():
         "worker tcp://a:1: microagg not installed (here 0.2.0)",
         "worker tcp://a:1: pyarrow 25.0.0 (here 26.0.1)",
     ]
+
+
+def _distributed_log_level():
+    import logging
+
+    return logging.getLogger("distributed").level
+
+
+def test_the_embedded_process_cluster_silences_its_workers_before_shutting_them_down(monkeypatch):
+    """A worker whose heartbeat crosses the scheduler's closing logs an ERROR and a traceback: the
+    embedded cluster's workers are told to log nothing more before they are shut down."""
+    import logging
+
+    from microagg.jobs import cluster
+
+    levels = []
+    real = cluster._quiet_workers
+
+    def spy(client):
+        real(client)
+        levels.append(client.run(_distributed_log_level))
+
+    monkeypatch.setattr(cluster, "_quiet_workers", spy)
+    with cluster.dask_client(workers=2, threads_per_worker=1, processes=True, memory_limit="1GiB") as client:
+        assert client.submit(sum, [1, 2]).result() == 3
+        assert set(client.run(_distributed_log_level).values()) != {logging.CRITICAL + 1}
+    assert len(levels) == 1 and len(levels[0]) == 2
+    assert set(levels[0].values()) == {logging.CRITICAL + 1}
