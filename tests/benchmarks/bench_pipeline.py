@@ -39,6 +39,8 @@ seconds and IL, the measurement behind the defaults.
 """
 
 import argparse
+import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -229,25 +231,33 @@ def modes(args):
     _variants(args, [(m, MODES[m]) for m in args.modes.split(",")])
 
 
-def _floor(args, source, out, workers, threads):
-    """The floor: Dask alone on a LocalCluster of the job's shape reads ``source``, sorts it by one column
-    and writes Parquet, ``args.floor_runs`` times (each run's output removed before the next; a run
-    longer than ``args.timeout`` raises ``TimeoutError``). Returns the seconds of every run."""
+@contextlib.contextmanager
+def _floor_cluster(args, source, out, workers, threads):
+    """Yields ``run()``: one run of the floor, Dask alone on a LocalCluster of the job's shape (kept
+    between runs) reading ``source``, sorting it by one column and writing Parquet; its seconds (the
+    output removed; a run longer than ``args.timeout`` raises ``TimeoutError``)."""
     from distributed import Client, LocalCluster
 
     import dask.dataframe as dd
 
     with LocalCluster(n_workers=workers, threads_per_worker=threads, dashboard_address=None,
                       processes=args.processes, memory_limit=args.memory_limit) as cluster, Client(cluster) as client:
-        runs = []
-        for i in range(args.floor_runs):  # the floor is noisy on a small machine: keep its best run
+        def run():
             t = time.perf_counter()
-            write = dd.read_parquet(str(source)).sort_values("q0").to_parquet(str(out / f"floor-{i}"),
+            write = dd.read_parquet(str(source)).sort_values("q0").to_parquet(str(out / "floor"),
                                                                               write_index=False, compute=False)
             client.compute(write).result(timeout=args.timeout)
-            runs.append(time.perf_counter() - t)
-            shutil.rmtree(out / f"floor-{i}", ignore_errors=True)
-    return runs
+            seconds = time.perf_counter() - t
+            shutil.rmtree(out / "floor", ignore_errors=True)
+            return seconds
+
+        yield run
+
+
+def _floor(args, source, out, workers, threads):
+    """``args.floor_runs`` runs of the floor (:func:`_floor_cluster`): the seconds of every run."""
+    with _floor_cluster(args, source, out, workers, threads) as run:
+        return [run() for _ in range(args.floor_runs)]  # the floor is noisy on a small machine
 
 
 def scale(args):
@@ -262,14 +272,28 @@ def scale(args):
     from microagg.jobs.cluster import local_shape
 
     workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
-    runs = _floor(args, source, out, workers, threads)
-    floor = min(runs)
     shape = f"{workers} worker {'process(es)' if args.processes else '(threads of one process)'} x {threads} thread(s)"
+    with _floor_cluster(args, source, out, workers, threads) as floor_run:
+        floors = [floor_run() for _ in range(args.floor_runs)]
+        # microagg's runs (``--runs``; the best is kept, as the floor's), each followed by another run
+        # of the floor when there are several: the machine's speed drifts by tens of percent within
+        # minutes here, so each run also gets the ratio to the floor measured next to it
+        runs, paired = [], []
+        for _ in range(args.runs):
+            runs.append(_anonymize(args, source, out / "release", workers, threads))
+            if args.runs > 1:
+                floors.append(floor_run())
+                paired.append(runs[-1][0] / min(floors[-2:]))
+    floor = min(floors)
     print(f"floor (read, sort by one column, write; {shape}): {floor:.2f} s "
-          f"(best of {args.floor_runs}: {', '.join(f'{r:.2f}' for r in runs)})")
-    total, report = _anonymize(args, source, out / "release", workers, threads)
+          f"(best of {len(floors)}: {', '.join(f'{r:.2f}' for r in floors)})")
+    total, report = min(runs, key=lambda run: run[0])
     print(f"microagg anonymize (CLI end to end, cluster start included): {total:.2f} s, "
-          f"{args.rows / total:,.0f} rows/s, {total / floor:.2f}x the floor")
+          f"{args.rows / total:,.0f} rows/s, {total / floor:.2f}x the floor"
+          + (f" (best of {args.runs}: {', '.join(f'{r[0]:.2f}' for r in runs)})" if args.runs > 1 else ""))
+    if paired:
+        print(f"  each run against the floor beside it (the better of the runs before and after it): "
+              f"{', '.join(f'{r:.2f}x' for r in paired)}")
     print(f"  stages (s): {report['timings']}")
     print(f"  IL {report['information_loss']:.4f} %, {report['blocks']} blocks in {report['tasks']} tasks, "
           f"{report['upper_planes']} upper planes; peak RSS per worker: max {_peak(report):.2f} GiB "
@@ -476,14 +500,68 @@ def blocking(args):
                   f"| {il:.4f} |", flush=True)
     finally:
         stitch.NEIGHBORS = default
+    if args.profile:
+        _profile_blocking(Z, args.k, solver, stitch)
+
+
+def _profile_blocking(Z, k, solver, stitch):
+    """Where the blocked solve's time goes, default layout, one thread: seconds in the block kernels,
+    the stitching inside the tasks and the upper planes' stitching, and the rows the stitching windows
+    re-solved (a row near several planes counts once per plane)."""
+    from microagg.pipeline import blocked
+
+    seconds, calls, rows = collections.Counter(), collections.Counter(), collections.Counter()
+    saved = {name: getattr(stitch, name) for name in ("solve_block", "improve_groups", "stitch_upper")}
+    saved_windows = stitch.windows.improve_windows
+    upper = []  # inside an upper plane's stitching
+
+    def timed(name):
+        def call(*a, **kw):
+            t = time.process_time()
+            if name == "stitch_upper":
+                upper.append(True)
+            try:
+                return saved[name](*a, **kw)
+            finally:
+                if name == "stitch_upper":
+                    upper.pop()
+                key = "improve_groups (upper planes)" if name == "improve_groups" and upper else name
+                seconds[key] += time.process_time() - t
+                calls[key] += 1
+        return call
+
+    def counted(Zw, labels, n_groups, candidates, centroids, sizes, *rest):
+        rows["upper planes" if upper else "inside the tasks"] += int(sizes[candidates].sum())
+        return saved_windows(Zw, labels, n_groups, candidates, centroids, sizes, *rest)
+
+    try:
+        for name in saved:
+            setattr(stitch, name, timed(name))
+        stitch.windows.improve_windows = counted
+        t = time.process_time()
+        blocked.blocked_partition(Z, k, solver, stitch.STITCHING["light"], threads=1)
+        total = time.process_time() - t
+    finally:
+        for name, func in saved.items():
+            setattr(stitch, name, func)
+        stitch.windows.improve_windows = saved_windows
+    print(f"\nprofile of the default layout: {total:.2f} CPU s\n")
+    print("| step | calls | CPU s | share |\n| --- | ---: | ---: | ---: |")
+    labels = {"solve_block": "block kernels (the method)", "improve_groups": "stitching inside the tasks",
+              "improve_groups (upper planes)": "stitching of the upper planes"}
+    for key, label in labels.items():
+        print(f"| {label} | {calls[key]:,} | {seconds[key]:.2f} | {100 * seconds[key] / total:.0f} % |")
+    rest = total - sum(seconds[key] for key in labels)
+    print(f"| the rest (task order, relabelling, group shapes, plane assignment) | | {rest:.2f} | "
+          f"{100 * rest / total:.0f} % |")
+    print(f"\nrows re-solved by the stitching windows: {rows['inside the tasks']:,} inside the tasks, "
+          f"{rows['upper planes']:,} on upper planes ({len(Z):,} rows)")
 
 
 def stream(args):
     """``release.run`` in this process on a LocalCluster of the CLI's default shape, Dask's task stream
     recorded: seconds per stage and compute seconds per kind of task (no process or cluster start: for
     A/B comparisons of the pipeline's code on the same machine minutes apart)."""
-    import collections
-
     from distributed import Client, LocalCluster, get_task_stream
 
     from microagg.jobs.cluster import local_shape
@@ -525,6 +603,8 @@ def main():
                         help="stream mode: write the HTML page too")
     parser.add_argument("--layouts", default="5000/16/8,2500/32/6,5000/16/8,2500/32/6",
                         help="blocking mode: block size / blocks per task / neighbour groups [/ band / upper band], in order")
+    parser.add_argument("--profile", action="store_true",
+                        help="blocking mode: also where the default layout's time goes")
     parser.add_argument("--modes", default=",".join(MODES), help="modes mode: which, in order")
     parser.add_argument("--methods", default="mdav,vmdav,dbm,mhm,auto", help="methods mode: which, in order")
     parser.add_argument("--rows", type=row_counts, default=[100_000],
@@ -538,6 +618,7 @@ def main():
                         help="worker processes, or workers as threads of one process (default, as the CLI)")
     parser.add_argument("--memory-limit", default="auto")
     parser.add_argument("--floor-runs", type=int, default=3, help="scale: runs of the floor (the best is kept)")
+    parser.add_argument("--runs", type=int, default=1, help="scale: runs of microagg (the best is kept)")
     parser.add_argument("--refine", default="none")
     parser.add_argument("--timeout", type=float, default=3600,
                         help="sweep: seconds after which a floor run or a job counts as failed (killed)")

@@ -45,7 +45,8 @@ INPUT_ROWS_PER_PARTITION = 1_000_000
 one partition)."""
 GROWS = ("_stitch_upper",)
 """Labels of tasks whose size grows with the rows: an upper plane's stitching re-solves the groups of
-every task below it that lie near the plane (the root plane's: near it anywhere in the data)."""
+every task below it that lie near the plane (the root plane's: near it anywhere in the data), up to
+``pipeline.stitch.UPPER_ROWS`` rows (:func:`_growth`)."""
 FAN_OUT = {
     "_route": "every input partition sends a piece to every block task",
     "_by_file": "every released piece sends a piece to every output file",
@@ -241,8 +242,9 @@ MODEL = """Model (one stage after another: each stage waits for the previous one
     (microagg splits an input read as fewer partitions than twice the cores), output files: rows /
     1,000,000;
   * critical path = the longest chain of dependent tasks in the stage as measured, with the tasks that
-    grow with the rows ({grows}) x f: an upper plane's stitching waits for every block task below it,
-    and the root plane's gathers groups from the whole data set; it does not shrink with the workers;
+    grow with the rows ({grows}) x f, up to the pipeline's bound of {upper:,} rows per plane
+    (pipeline.stitch.UPPER_ROWS): an upper plane's stitching waits for every block task below it, and
+    the root plane's gathers groups from the whole data set; it does not shrink with the workers;
   * transfer = bytes that change worker x f x (1 - 1/workers) / (workers x B): every task runs on the
     worker holding its largest input and receives the others (each other input on another worker with
     probability 1 - 1/workers), every worker's link busy in parallel, no overlap with computing; twice
@@ -291,6 +293,28 @@ def _two_level(stage, tasks, target, f, cores):
                for p, c in _exchanges(stage, tasks, target, f, cores))
 
 
+ROW_BYTES = 8 * (len(QI) + 3)
+"""Bytes per row on its way to an upper plane (``pipeline.release.Rows``: row id, leaf, the QI values,
+group id)."""
+
+
+def _upper_rows():
+    from microagg.pipeline.stitch import UPPER_ROWS
+
+    return UPPER_ROWS
+
+
+def _growth(tasks, key, f):
+    """How much longer the task ``key`` takes at ``f`` times the rows: 1, or for an upper plane's
+    stitching (:data:`GROWS`) ``f``, but no more than up to ``pipeline.stitch.UPPER_ROWS`` rows (its
+    rows measured as its inputs' bytes / :data:`ROW_BYTES`)."""
+    label, _, deps = tasks[key]
+    if label not in GROWS:
+        return 1.0
+    rows = sum(tasks[d][1] for d in deps if d in tasks) / ROW_BYTES
+    return min(f, max(1.0, _upper_rows() / rows)) if rows > 0 else f
+
+
 def project(stages, tasks, rows, target, workers, threads, bandwidth, overhead):
     """Projected seconds per stage, each with its terms: ``{stage: (total, {term: seconds})}``."""
     cores = workers * threads
@@ -300,7 +324,7 @@ def project(stages, tasks, rows, target, workers, threads, bandwidth, overhead):
         client = s["idle"] * (1.0 if name in FIXED else f)
         scheduling = overhead * _task_counts(s, tasks, target, f, cores)
         parallel = s["cpu"] * f / cores
-        scaled = {k: v * (f if tasks[k][0] in GROWS else 1.0) for k, v in s["seconds"].items()}
+        scaled = {k: v * _growth(tasks, k, f) for k, v in s["seconds"].items()}
         path = _longest_path(s, tasks, scaled)
         transfer = s["moved"] * f * (1 - 1 / workers) / (workers * bandwidth) if workers > 1 else 0.0
         transfer *= 2 if _two_level(s, tasks, target, f, cores) else 1
@@ -386,7 +410,7 @@ def main():
 
     print("\n" + MODEL.format(fan="; ".join(f"{k}: {v}" for k, v in FAN_OUT.items()), grows=", ".join(GROWS),
                               per_partition=INPUT_ROWS_PER_PARTITION, overhead_ms=overhead * 1e3, direct=PIPELINE_DIRECT, fixed=", ".join(FIXED),
-                              overhead_source=source_of_overhead))
+                              overhead_source=source_of_overhead, upper=_upper_rows()))
     print(f"  Here: B = {args.bandwidth / 1e9:g} GB/s per worker, {args.threads_per_worker} core(s) per worker.")
 
     check = project(stages, tasks, rows, rows, 1, args.cores, args.bandwidth, overhead)
