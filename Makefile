@@ -35,8 +35,9 @@ bench: $(DEVSTAMP)
 	$(BIN)/python tests/benchmarks/bench_methods.py target
 	$(BIN)/python tests/benchmarks/bench_methods.py table
 	$(BIN)/python tests/benchmarks/bench_pipeline.py inprocess --rows 100000
-	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 1000000
-	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000
+	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 1000000 --runs 3
+	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000 --runs 3
+	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000 --one-file --processes --memory-limit 1.5GiB
 	$(BIN)/python tests/benchmarks/bench_pipeline.py methods --rows 1000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py modes --rows 1000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py modes --rows 10000000
