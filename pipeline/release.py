@@ -501,9 +501,6 @@ def _release_sequence(job, b, frontier, bucket, nodes):
     return _release(released, stitch.compact(labels[order]) if len(order) else labels, job, 0.0)
 
 
-MAX_BUCKETS = 256
-"""At most this many buckets per sequence (larger buckets beyond 20M rows): every input partition
-sends one piece to every bucket, so the graph grows with partitions x buckets."""
 
 
 def solve_sequence(frame, qi, n_rows, mean, std, options, strata=None, first_column=0, sample=None, edges=None):
@@ -515,15 +512,21 @@ def solve_sequence(frame, qi, n_rows, mean, std, options, strata=None, first_col
     direction = sequence.direction(options.method, Zs)
     s_stratum = (strata.codes(sample) if strata else np.zeros(len(sample), dtype=np.int64)).astype(np.int64)
     s_score = sequence.scores(options.method, Zs, direction)
-    n_buckets = min(max(1, -(-n_rows // (options.block_size * options.blocks_per_task))), MAX_BUCKETS)
+    # buckets of a block task's rows whatever the input's size: the exchange goes two levels when
+    # partitions x buckets grows large (graph.Layer.exchange), and the groups do not depend on the cuts
+    n_buckets = max(1, -(-n_rows // (options.block_size * options.blocks_per_task)))
     splitters = sequence.splitters(s_stratum, s_score, sample[ROW_ID].to_numpy(dtype=np.int64), n_buckets)
     job = delayed(_Job(tuple(qi), mean, std, None, options, strata, first_column, direction, edges),
                   name=f"microagg-job-{uuid.uuid4().hex}")
     columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
-    routed = [delayed(_route_sequence, pure=True, nout=n_buckets)(part, job, splitters, n_buckets)
-              for part in frame[columns].to_delayed()]
+    layer = graph.Layer("microagg-sequence")
+    routed = [layer.task(("route", i), _route_sequence, part, job, splitters, n_buckets)
+              for i, part in enumerate(frame[columns].to_delayed())]
+    inbound = layer.exchange("rows", routed, n_buckets, partial(sequence.concat, width=len(qi)), rows=n_rows)
+    buckets = layer.delayed([layer.task(("sort", b), sequence.sort_pieces, len(qi), options.method, direction,
+                                        *inbound[b]) for b in range(n_buckets)])
     fixed = sequence.grouping_of(options.method, options.method_options) == "fixed"
-    chain = sequence.graph(routed, n_buckets, len(qi), options.k, fixed, options.method, direction)
+    chain = sequence.graph(buckets, len(qi), options.k, fixed)
     released = [delayed(_release_sequence, pure=True)(job, b, *links) for b, links in enumerate(chain)]
     return released, _Shape(n_buckets, n_buckets)
 
@@ -599,6 +602,21 @@ def _stretches(buckets, bounds, k, merge):
             for lo, hi, slices in mic1d.targets(offsets, bounds, k, merge)]
 
 
+def _sort_cells(key, *pieces):
+    return mic1d.sort_cells(pieces, key)
+
+
+def _sorted_buckets(key, producers, n_buckets, values):
+    """Persisted buckets of cells sorted by ``key``: each producer ``(func, *args)`` cuts its cells
+    into one piece per bucket; the pieces travel through :meth:`graph.Layer.exchange` (two levels
+    when producers x buckets is large; a bucket's order does not depend on its pieces' order)."""
+    layer = graph.Layer(f"microagg-mic1d-{key}")
+    routed = [layer.task(("route", i), *producer) for i, producer in enumerate(producers)]
+    inbound = layer.exchange("cells", routed, n_buckets, mic1d.concat, rows=values)
+    return dask.persist(*layer.delayed([layer.task(("sort", b), _sort_cells, key, *inbound[b])
+                                        for b in range(n_buckets)]))
+
+
 def _mic1d_bounds(strata, n_rows, width):
     """Where each stratum's values start in the Mic1D-k sequence of a block of ``width`` columns."""
     if strata is None:
@@ -622,14 +640,11 @@ def solve_mic1d(frame, qi, n_rows, mean, std, options, strata=None, first_column
     job = delayed(_Job(tuple(qi), mean, std, None, options, strata, first_column, edges=edges),
                   name=f"microagg-job-{uuid.uuid4().hex}")
     columns = [ROW_ID, *qi] + list(options.strata)
-    routed = [delayed(_route_mic1d, pure=True, nout=n_buckets)(part, job, split, n_buckets)
-              for part in frame[columns].to_delayed()]
     # Each stage is submitted, then the references to its inputs dropped before waiting, so that on a
     # cluster every input is freed as soon as its last consumer has run (at 10M rows a copy of the
     # cells in transit is 5 GB).
-    buckets = dask.persist(*[delayed(mic1d.sort_cells, pure=True)([r[b] for r in routed], "value")
-                             for b in range(n_buckets)])
-    del routed
+    buckets = _sorted_buckets("value", [(_route_mic1d, part, job, split, n_buckets)
+                                        for part in frame[columns].to_delayed()], n_buckets, total)
     _wait(buckets)
     stretches = _stretches(buckets, bounds, k, merge)
     lows = [lo for lo, _, _ in stretches]
@@ -641,10 +656,9 @@ def solve_mic1d(frame, qi, n_rows, mean, std, options, strata=None, first_column
     stride = max(1, total // max(len(s_cells.cell), 1))  # about as many values as the first sample
     sampled = dask.compute(*[delayed(_every, pure=True)(c, lo, stride) for c, lo in zip(first, lows)])
     split = mic1d.splitters(mic1d.concat(sampled), "normalized", n_buckets)
-    routed = [delayed(_route_normalized, pure=True, nout=n_buckets)(c, split, n_buckets) for c in first]
-    buckets = dask.persist(*[delayed(mic1d.sort_cells, pure=True)([r[b] for r in routed], "normalized")
-                             for b in range(n_buckets)])
-    del first, routed
+    buckets = _sorted_buckets("normalized", [(_route_normalized, c, split, n_buckets) for c in first], n_buckets,
+                              total)
+    del first
     _wait(buckets)
     out = [delayed(_mic1d_second, pure=True, nout=width + 1)(job, lo, hi, bounds, merge, *cuts)
            for lo, hi, cuts in _stretches(buckets, bounds, k, merge)]

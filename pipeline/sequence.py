@@ -163,9 +163,14 @@ def concat(parts, width):
 
 
 def sort_bucket(pieces, width, method, direction_):
-    """One bucket's pieces in sequence order."""
+    """One bucket's pieces in sequence order (any order of the pieces gives the same result)."""
     rows = concat(pieces, width)
     return take(rows, order_of(rows.stratum, scores(method, rows.Z, direction_), rows.row_id))
+
+
+def sort_pieces(width, method, direction_, *pieces):
+    """:func:`sort_bucket` with the pieces as arguments (a task of an exchange's consumer)."""
+    return sort_bucket(pieces, width, method, direction_)
 
 
 def first_frontier(width):
@@ -231,11 +236,12 @@ def bucket_release_rows(frontier, bucket, nodes):
     return rows, labels
 
 
-def graph(routed, n_buckets, width, k, fixed, method, direction_):
-    """The delayed chain: buckets, path steps, the walk back. Returns per bucket ``(frontier in, bucket,
-    nodes)`` as delayed objects."""
-    buckets = [delayed(sort_bucket, pure=True)([r[b] for r in routed], width, method, direction_)
-               for b in range(n_buckets)]
+def graph(buckets, width, k, fixed):
+    """The delayed chain over ``buckets`` (delayed :class:`Bucket` in sequence order, each sorted):
+    path steps, the walk back. Returns per bucket ``(frontier in, bucket, nodes)`` as delayed
+    objects. The shortest path is exact across the buckets (a frontier carries the last 2k-2 nodes
+    and their costs), so the groups do not depend on where the buckets are cut."""
+    n_buckets = len(buckets)
     nexts = delayed(next_strata, pure=True)([_first_stratum(b) for b in buckets])
     frontier = delayed(first_frontier, pure=True)(width)
     fronts, preds = [], []

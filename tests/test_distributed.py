@@ -122,18 +122,21 @@ def test_a_large_parquet_file_is_read_in_partitions_of_whole_row_groups(tmp_path
 def test_the_two_level_exchange_gives_the_same_release(tmp_path, data, monkeypatch):
     """Past graph.DIRECT_PIECES (the large-cluster shape) rows reach their tasks, and released values
     their files, through two levels of pieces: same bytes as the direct exchange, with attribute
-    blocks too (one exchange per block)."""
+    blocks too (one exchange per block), for a sequence method (rows to its buckets) and for Mic1D-k
+    (values to the buckets of both its sorts)."""
     from distributed import Client, LocalCluster
 
     from microagg.pipeline import graph, release
 
     root, _ = data
     blocks = (tuple(QI[:6]), tuple(QI[6:]))
-    shapes = {"plain": {}, "blocks": {"attribute_blocks": blocks}}
+    shapes = {"plain": {}, "blocks": {"attribute_blocks": blocks}, "sequence": {"method": "pcp"},
+              "mic1d": {"method": "mic1d"}}
+    flags = {"plain": [], "blocks": ["--blocks", ";".join(",".join(b) for b in blocks)],
+             "sequence": ["--method", "pcp"], "mic1d": ["--method", "mic1d"]}
     reference = {name: _files(_run(tmp_path, f"sync-{name}", root / "four", "--k", 4, *BLOCKED, "--scheduler",
-                                   "synchronous", "--rows-per-file", 3000,
-                                   *(["--blocks", ";".join(",".join(b) for b in blocks)] if extra else [])))
-                 for name, extra in shapes.items()}
+                                   "synchronous", "--rows-per-file", 3000, *flags[name]))
+                 for name in shapes}
     monkeypatch.setattr(graph, "DIRECT_PIECES", 0)  # every exchange of two producers or more in two levels
     seen = []
     plan = graph.exchange_plan
@@ -147,7 +150,7 @@ def test_the_two_level_exchange_gives_the_same_release(tmp_path, data, monkeypat
             out = tmp_path / f"two-level-{name}"
             release.run(str(root / "four"), str(out), options)
             assert _files(out) == reference[name], name
-    assert sum(p is not None for p in seen) >= 4  # rows and files, with and without attribute blocks
+    assert sum(p is not None for p in seen) >= 9  # rows (values: twice) and files of each shape
 
 
 def test_exchange_plan():
