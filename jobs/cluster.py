@@ -234,11 +234,22 @@ def _quiet_workers(client):
     """Before the embedded cluster's worker processes are shut down: a worker whose heartbeat crosses
     the scheduler's closing logs an ERROR with a traceback ("Failed to communicate with scheduler
     during heartbeat", seen at the end of a successful 10M-row job), which reads as a failure in a
-    scheduler's job log; the job's own outcome is known by then."""
-    try:
-        client.run(_silence_distributed)
-    except Exception:  # a worker already gone
-        pass
+    scheduler's job log; the job's own outcome is known by then. Waits at most ``QUIET_TIMEOUT``
+    seconds (a worker stuck in a task after a failure must not hold up the shutdown)."""
+    import threading
+
+    def run():
+        try:
+            client.run(_silence_distributed)
+        except Exception:  # a worker already gone
+            pass
+
+    thread = threading.Thread(target=run, name="microagg-quiet-workers", daemon=True)
+    thread.start()
+    thread.join(QUIET_TIMEOUT)
+
+
+QUIET_TIMEOUT = 5.0
 
 
 def _has_dashboard():

@@ -501,8 +501,6 @@ def _release_sequence(job, b, frontier, bucket, nodes):
     return _release(released, stitch.compact(labels[order]) if len(order) else labels, job, 0.0)
 
 
-
-
 def solve_sequence(frame, qi, n_rows, mean, std, options, strata=None, first_column=0, sample=None, edges=None):
     """A sequence method (:mod:`pipeline.sequence`) on the cluster: score, range-partition into buckets,
     sort each, chain the shortest path through them, release each bucket's groups. Returns
@@ -523,7 +521,7 @@ def solve_sequence(frame, qi, n_rows, mean, std, options, strata=None, first_col
     routed = [layer.task(("route", i), _route_sequence, part, job, splitters, n_buckets)
               for i, part in enumerate(frame[columns].to_delayed())]
     inbound = layer.exchange("rows", routed, n_buckets, partial(sequence.concat, width=len(qi)), rows=n_rows)
-    buckets = layer.delayed([layer.task(("sort", b), sequence.sort_pieces, len(qi), options.method, direction,
+    buckets = layer.delayed([layer.task(("sort", b), sequence.sort_bucket, len(qi), options.method, direction,
                                         *inbound[b]) for b in range(n_buckets)])
     fixed = sequence.grouping_of(options.method, options.method_options) == "fixed"
     chain = sequence.graph(buckets, len(qi), options.k, fixed)

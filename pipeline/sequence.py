@@ -162,15 +162,10 @@ def concat(parts, width):
                     for i in range(len(Bucket._fields))))
 
 
-def sort_bucket(pieces, width, method, direction_):
+def sort_bucket(width, method, direction_, *pieces):
     """One bucket's pieces in sequence order (any order of the pieces gives the same result)."""
     rows = concat(pieces, width)
     return take(rows, order_of(rows.stratum, scores(method, rows.Z, direction_), rows.row_id))
-
-
-def sort_pieces(width, method, direction_, *pieces):
-    """:func:`sort_bucket` with the pieces as arguments (a task of an exchange's consumer)."""
-    return sort_bucket(pieces, width, method, direction_)
 
 
 def first_frontier(width):
