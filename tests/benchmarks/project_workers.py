@@ -40,6 +40,8 @@ sys.path.insert(0, str(HERE.parent))
 from bench_pipeline import make_extract, row_counts  # noqa: E402
 from synthetic import QI, extract  # noqa: E402
 
+from microagg.pipeline.stitch import UPPER_ROWS  # noqa: E402
+
 INPUT_ROWS_PER_PARTITION = 1_000_000
 """Rows per input partition of the extract (make_extract writes files of a million rows, each read as
 one partition)."""
@@ -298,12 +300,6 @@ ROW_BYTES = 8 * (len(QI) + 3)
 group id)."""
 
 
-def _upper_rows():
-    from microagg.pipeline.stitch import UPPER_ROWS
-
-    return UPPER_ROWS
-
-
 def _growth(tasks, key, f):
     """How much longer the task ``key`` takes at ``f`` times the rows: 1, or for an upper plane's
     stitching (:data:`GROWS`) ``f``, but no more than up to ``pipeline.stitch.UPPER_ROWS`` rows (its
@@ -312,7 +308,7 @@ def _growth(tasks, key, f):
     if label not in GROWS:
         return 1.0
     rows = sum(tasks[d][1] for d in deps if d in tasks) / ROW_BYTES
-    return min(f, max(1.0, _upper_rows() / rows)) if rows > 0 else f
+    return min(f, max(1.0, UPPER_ROWS / rows)) if rows > 0 else f
 
 
 def project(stages, tasks, rows, target, workers, threads, bandwidth, overhead):
@@ -410,7 +406,7 @@ def main():
 
     print("\n" + MODEL.format(fan="; ".join(f"{k}: {v}" for k, v in FAN_OUT.items()), grows=", ".join(GROWS),
                               per_partition=INPUT_ROWS_PER_PARTITION, overhead_ms=overhead * 1e3, direct=PIPELINE_DIRECT, fixed=", ".join(FIXED),
-                              overhead_source=source_of_overhead, upper=_upper_rows()))
+                              overhead_source=source_of_overhead, upper=UPPER_ROWS))
     print(f"  Here: B = {args.bandwidth / 1e9:g} GB/s per worker, {args.threads_per_worker} core(s) per worker.")
 
     check = project(stages, tasks, rows, rows, 1, args.cores, args.bandwidth, overhead)
