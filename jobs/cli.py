@@ -80,11 +80,13 @@ def _add_anonymize(sub):
                         "released data (default on): OUTPUT/_report.html, or beside --report PATH (suffix .html). "
                         "It holds aggregates of the original data (histograms, correlations): handle it as the "
                         "original, not as part of the release")
-    p.add_argument("--evaluate", action="store_true",
+    p.add_argument("--evaluate", action=argparse.BooleanOptionalAction, default=None,
                    help="before the commit, evaluate the written release against the input as `microagg evaluate` "
                         "does (disclosure risk DLD and ID, real anonymity k', the IL family, checks): the report's "
-                        "`evaluation` and the page's verdict line (about 15 s per million rows here)")
-    add_risk_arguments(p, "with --evaluate: ")
+                        "`evaluation` and the page's verdict line. On by default, except with --release-where "
+                        "(rows no longer pair by position) or --missing centroid; --no-evaluate skips it (it takes longer than the "
+                        "anonymization: BENCHMARKS.md)")
+    add_risk_arguments(p, "evaluation: ")
     p.add_argument("--rows-per-file", type=int, default=None,
                    help="rows per output Parquet file (default 250,000: a file is one task of the write, and "
                         "its memory grows with it)")
@@ -140,7 +142,7 @@ def _add_anonymize(sub):
 
 def _anonymize(args):
     from ..pipeline.errors import InputError
-    from ..pipeline.release import ReleaseOptions, run
+    from ..pipeline.release import ReleaseOptions, not_evaluable, run
     from .cluster import dask_client, worker_memory
     from .progress import StageProgress, wanted
 
@@ -176,15 +178,17 @@ def _anonymize(args):
                       one_block_rows="one_block_rows", rows_per_file="rows_per_file")),
     )
     evaluation = None
-    if args.evaluate:
-        if options.release_where:
-            raise InputError("--evaluate pairs every input row with its released row: it cannot evaluate a "
-                             "release filtered by --release-where (evaluate it with `microagg evaluate` instead)")
+    unpaired = not_evaluable(options)
+    if args.evaluate and unpaired:
+        raise InputError(f"--evaluate pairs every input row with its released row on complete QIs: it cannot evaluate "
+                         f"this release ({unpaired}); evaluate it with `microagg evaluate` instead")
+    if args.evaluate is not False and not unpaired:
         evaluation = {"known": [[c.strip() for c in s.split(",") if c.strip()] for s in args.known]}
         if args.id_percent is not None:
             evaluation["id_percent"] = args.id_percent
     elif args.known or args.id_percent is not None:
-        raise InputError("--known and --id-percent are options of --evaluate")
+        raise InputError("--known and --id-percent are options of the evaluation, which is off "
+                         + ("(--no-evaluate)" if args.evaluate is False else f"here ({unpaired})"))
     with dask_client(args.scheduler, workers=args.workers, threads_per_worker=args.threads_per_worker,
                      memory_limit=args.memory_limit, processes=args.processes) as client:
         if client is not None and client.dashboard_link:
@@ -207,6 +211,8 @@ def _anonymize(args):
                    f"method {report['method']}, {report['blocks']} block(s))")
     if report["release_where"]:
         _say(args, f"released {report['rows_released']} of {report['rows']} rows ({report['release_where']})")
+    if unpaired:
+        _say(args, f"not evaluated: {unpaired}")
     if report["noise"] != "none":
         _say(args, f"noise: {report['noise']}, epsilon {report['epsilon']}")
     _say(args, f"report: {report['report']}" + (f", {report['html']}" if report["html"] else ""))

@@ -49,7 +49,8 @@ Sections and keys (``*``: required)::
     evaluation       evaluation report (default: _evaluation.json inside the release)
 
     [evaluate]
-    run              evaluate the release against the input after it is written (default true)
+    run              evaluate the release against the input after it is written (default true, except with
+                     release_where or missing = "centroid")
     known            list of QI sets an intruder may know: [["AGI", "FICA"], ["TAXINC"]] or ["AGI,FICA"]
     id_percent       interval-disclosure width, percent of the rows, in (0, 100] (default 10)
     block_rows       original records per record-linkage block
@@ -467,7 +468,7 @@ def resolve(path, base):
 
 def load(path, date=None):
     """Read, check and build the :class:`Job` of the job file ``path`` (``date``: ``--date``)."""
-    from ..pipeline.release import ReleaseOptions
+    from ..pipeline.release import ReleaseOptions, not_evaluable
 
     path = os.path.abspath(path)
     try:
@@ -529,7 +530,8 @@ def load(path, date=None):
         "memory_limit": get("cluster", "memory_limit", "auto"),
         "connect_timeout": get("cluster", "connect_timeout", DEFAULT_CONNECT_TIMEOUT),
     }
-    evaluating = "evaluate" in values and get("evaluate", "run", True)
+    # on by default, as `microagg anonymize`, where the release pairs with the input row by row
+    evaluating = get("evaluate", "run", not_evaluable(options) is None)
     html = get("report", "html", False)
     job = Job(
         file=path,
@@ -567,11 +569,15 @@ def _check_combinations(job, values):
                               f"{_show(job.cluster['scheduler'])}")
     if job.options.hash_identifiers and not job.options.identifiers:
         errors.append("[anonymize] hash_identifiers: needs identifiers, the columns to hash")
-    if "evaluate" not in values and values.get("report", {}).get("evaluation") is not None:
-        errors.append("[report] evaluation: there is no [evaluate] section to write it")
-    if job.evaluate is not None and job.options.release_where:
-        errors.append("[evaluate] cannot evaluate a release made with [anonymize] release_where: it releases fewer "
-                      "rows than the input, and the evaluation pairs rows by position")
+    if job.evaluate is None and values.get("report", {}).get("evaluation") is not None:
+        errors.append("[report] evaluation: the evaluation is off ([evaluate] run = false, release_where or "
+                      "missing = \"centroid\")")
+    from ..pipeline.release import not_evaluable
+
+    unpaired = not_evaluable(job.options)
+    if job.evaluate is not None and unpaired:
+        errors.append(f"[evaluate] run: the evaluation pairs the input's rows with the release's on complete QIs, "
+                      f"so it cannot evaluate this release ({unpaired}); set run = false")
     output = job.output
     if _is_url(output):
         errors.append(f"[output] path: must be a local path (a release is committed by a local rename), got "

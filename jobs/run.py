@@ -69,7 +69,7 @@ def _check(job, require_input):
     qi = jobfile.check_options(job)
     if job.evaluate is not None and not jobfile.evaluation_available():
         raise jobfile.JobFileError(job.file, ["[evaluate] evaluate is not available in this installation "
-                                              "(no microagg.pipeline.evaluate); remove the section or set run = false"])
+                                              "(no microagg.pipeline.evaluate); set run = false"])
     columns = None
     if require_input or jobfile.input_exists(job.input):
         qi, _, columns = jobfile.check_input(job)

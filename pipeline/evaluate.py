@@ -19,8 +19,8 @@ Stages (each timed under ``timings``):
 3. align: both files cut at the union of their partition boundaries and of a fixed row-id grid
    (``piece_rows``) into aligned pieces (:class:`Pair`: the QIs of both files as float64 arrays), kept
    in memory; the non-QI columns present in both files are compared here (differing rows per column);
-4. columns: interval disclosure and quantiles, one task per QI that collects that column of both
-   files (a few times 8 bytes per row in that task): exact;
+4. columns: interval disclosure and quantiles, exact, from every column of both files cut into
+   buckets of consecutive ranks (:mod:`pipeline.columns`: no task holds a whole column);
 5. information loss: :func:`metrics.moments` per piece, merged with :func:`metrics.combine_moments`
    -> the IL family and IL1s; the SSE on z-scores of the original's exact mean and population std;
 6. classes: the equivalence classes of the released QI tuples by a distributed exact group count:
@@ -46,8 +46,7 @@ they were computed);
 ``id_per_attribute`` (QI -> percent), ``scenarios`` (one per known set, all QIs first: ``columns``,
 ``dld``, ``id`` = the mean of ``id_per_attribute`` over them, and ``linkage``: ``blocks``,
 ``distinct_queries`` (distinct masked tuples searched), ``second_round_queries`` (searches in a block
-other than the tuple's own: one per tuple and block asked), ``seconds``); ID is computed in one task per
-QI over the whole column sorted (exact; see stage 4);
+other than the tuple's own: one per tuple and block asked), ``seconds``); ID is exact (see stage 4);
 
 ``score`` = 0.5 ``family.IL`` + 0.5 ``dr`` (:func:`metrics.score`, the Mic1D paper's score);
 
@@ -86,7 +85,7 @@ from dask import delayed
 from .. import kernels
 from ..kernels import groups, histogram, linkage
 from ..kernels.stats import HUGE
-from . import graph, io, metrics, stats
+from . import columns, graph, io, metrics, stats
 from .blocking import sample_plan
 from .errors import InputError
 from .release import Timings, persisted
@@ -100,8 +99,8 @@ BLOCK_ROWS = 100_000
 PIECE_ROWS = 250_000
 """Largest aligned piece: the files are also cut at multiples of this row id."""
 MIN_BLOCK_SAMPLE = 8
-QUANTILE_METHOD = ("exact: np.quantile (linear interpolation, Hyndman-Fan type 7) of each whole column, "
-                   "collected in one task per quasi-identifier")
+QUANTILE_METHOD = ("exact: np.quantile's linear interpolation (Hyndman-Fan type 7) between order statistics of "
+                   "each whole column, ranked in buckets")
 
 
 # --- stage 1: plan from metadata ---------------------------------------------------------------------
@@ -398,39 +397,6 @@ def class_sizes(pairs, width):
     return np.concatenate(sizes)
 
 
-# --- stage 6: interval disclosure and quantiles, column by column -------------------------------------------
-
-
-def _pair_columns(pair):
-    return [(pair.X[:, j].copy(), pair.Xm[:, j].copy()) for j in range(pair.X.shape[1])]
-
-
-def _column_measures(ps, quantiles, *parts):
-    """One QI: its interval disclosure rate (percent) and the quantiles of both files, exactly as
-    :func:`metrics.interval_disclosure_rates` and :func:`metrics.attribute_changes` compute them."""
-    x = np.concatenate([p[0] for p in parts])
-    xm = np.concatenate([p[1] for p in parts])
-    n = x.shape[0]
-    # the records in masked-value order: the binary searches then run over sorted queries (2.6x faster
-    # at 1M rows than in row order), and a count of hits does not depend on the order of the records
-    order = np.argsort(xm, kind="stable")
-    masked_sorted = xm[order]
-    x = x[order]
-    rate = 0.0
-    for q in ps:
-        rate += metrics.interval_hits(masked_sorted, x, masked_sorted, metrics.rank_half_width(n, q)).mean()
-    return 100.0 * rate / len(ps), np.quantile(x, quantiles), np.quantile(masked_sorted, quantiles)
-
-
-def column_measures(pairs, width, ps, quantiles):
-    """``(ID rate per QI, quantiles of the original (len(quantiles), d), of the masked)``."""
-    cols = [delayed(_pair_columns, pure=True, nout=width)(p) for p in pairs]
-    found = dask.compute(*[delayed(_column_measures, pure=True)(tuple(ps), tuple(quantiles), *[c[j] for c in cols])
-                           for j in range(width)])
-    return (np.array([f[0] for f in found]), np.array([f[1] for f in found]).T.reshape(len(quantiles), width),
-            np.array([f[2] for f in found]).T.reshape(len(quantiles), width))
-
-
 # --- stage 7: distributed exact record linkage (DLD) ---------------------------------------------------------
 
 
@@ -550,12 +516,6 @@ def _route_links(pair, job):
     row_id = np.arange(pair.start, pair.start + Z.shape[0], dtype=np.int64)
     nb = job.partition.n_blocks
     return _by_block(nb, job.partition.route(Z), row_id, Z), _by_block(nb, job.partition.route(Zm), row_id, Zm, own)
-
-
-def _merge_arrays(pieces):
-    """Pieces of :func:`_by_block` for one block, field by field in their order (the merge of a
-    two-level exchange, :meth:`pipeline.graph.Layer.exchange`)."""
-    return tuple(np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0])))
 
 
 def _block_tree(width, *pieces):
@@ -712,8 +672,8 @@ def record_linkage(pairs, mean, std, columns, sample, block_rows=BLOCK_ROWS):
     job = delayed(_LinkJob(mean, std, columns, partition), name=f"microagg-linkjob-{uuid.uuid4().hex}")
     layer = graph.Layer("microagg-linkage")
     routed = [layer.task(("route", i), _route_links, p, job) for i, p in enumerate(pairs)]
-    originals = layer.exchange("originals", [layer.item(r, 0) for r in routed], nb, _merge_arrays)
-    masked = layer.exchange("masked", [layer.item(r, 1) for r in routed], nb, _merge_arrays)
+    originals = layer.exchange("originals", [layer.item(r, 0) for r in routed], nb, graph.concatenate_fields)
+    masked = layer.exchange("masked", [layer.item(r, 1) for r in routed], nb, graph.concatenate_fields)
     blocks = [layer.task(("block", b), _block_tree, width, *originals[b]) for b in range(nb)]
     homes = [layer.task(("home", b), _home, width, blocks[b], *masked[b]) for b in range(nb)]
     blocks, homes = persisted(layer.delayed(blocks), layer.delayed(homes))
@@ -819,7 +779,7 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
     qi, pairs, n, d = prep.qi, prep.pairs, prep.n_rows, len(prep.qi)
     ps = [float(p) for p in np.atleast_1d(np.asarray(id_percent, dtype=np.float64))]
     with timings.stage("columns"):
-        rates, q_original, q_masked = column_measures(pairs, d, ps, quantiles)
+        rates, q_original, q_masked = columns.column_measures(pairs, d, n, ps, quantiles)
     with timings.stage("information loss"):
         edges = report_page.histogram_edges(prep.lo, prep.hi)
         loss, differing, (m, counts_x, counts_m) = information_loss(pairs, qi, prep.std, quantiles, q_original,

@@ -19,6 +19,8 @@ import math
 import operator
 import uuid
 
+import numpy as np
+
 from dask._task_spec import Task, TaskRef
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
@@ -138,6 +140,12 @@ def exchange_tasks(n_producers, n_consumers, direct=None, rows=None):
         return n_producers * n_consumers
     batches, groups = plan
     return n_producers * len(groups) + len(batches) * len(groups) + len(batches) * n_consumers
+
+
+def concatenate_fields(pieces):
+    """Pieces of equal shape (tuples of arrays) concatenated field by field, in their order: the
+    merge of an exchange whose producers cut their rows into per-consumer tuples of arrays."""
+    return tuple(np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0])))
 
 
 def _slice(pieces, start, end):

@@ -1294,6 +1294,16 @@ def _distribution(sizes):
             "mean": float(sizes.mean())}
 
 
+def not_evaluable(options):
+    """Why a release made with ``options`` cannot be evaluated against its input row by row (the
+    evaluation pairs row i of the input with row i of the release, on complete QIs), or None."""
+    if options.release_where:
+        return "with --release-where (release_where) its rows do not pair with the input's"
+    if options.missing == "centroid":
+        return "with --missing centroid (missing = \"centroid\") the input's QIs may be incomplete"
+    return None
+
+
 EVALUATION_KEYS = ("information_loss", "disclosure_risk", "score", "anonymity", "checks", "known", "timings")
 """What a release report keeps, under ``evaluation``, of :func:`pipeline.evaluate.evaluate`'s report."""
 
@@ -1392,16 +1402,6 @@ def _evaluate_written(input_path, written, report, evaluation, seed, timings):
     return {key: result[key] for key in EVALUATION_KEYS if key in result}
 
 
-def page_report(report):
-    """The report as its HTML page shows it: with an evaluation, its measures (IL family, DLD, ID, k',
-    checks) in place of the release's own summary figures."""
-    page = dict(report)
-    for key, value in (report.get("evaluation") or {}).items():
-        if key != "timings":
-            page[key] = value
-    return page
-
-
 def _draw_figures(report, timings):
     """The HTML page's data figures (``render_html``'s ``figures`` cache), drawn before the write.
 
@@ -1414,7 +1414,7 @@ def _draw_figures(report, timings):
     figures = {}
     with timings.stage("html"):
         try:
-            render_html(page_report(report), report.get("summary"), figures)
+            render_html(report, report.get("summary"), figures)
         except Exception:  # the final render draws what is missing, and reports any error itself
             pass
     return figures
@@ -1425,7 +1425,7 @@ def _write_page(path, report, timings, figures=None):
     from .report import write_html
 
     with timings.stage("html"):
-        write_html(path, page_report(report), report.get("summary"), figures)
+        write_html(path, report, report.get("summary"), figures)
 
 
 INPUT_EXPANSION = 6

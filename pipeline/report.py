@@ -1017,6 +1017,17 @@ footer{margin-top:32px;color:#777;font-size:12px}
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 
+def _with_evaluation(report):
+    """A release report as its page shows it: with an ``evaluation`` (``anonymize``'s, on by default),
+    the evaluation's measures (IL family, DLD, ID, k', checks) in place of the release's own."""
+    page = dict(report)
+    evaluation = report.get("evaluation")
+    for key, value in (evaluation.items() if isinstance(evaluation, dict) else ()):
+        if key != "timings":
+            page[key] = value
+    return page
+
+
 def render_html(report, data=None, figures=None):
     """One self-contained HTML page of ``report`` (and of ``data``, :func:`summary_data`'s dict).
 
@@ -1043,7 +1054,7 @@ def render_html(report, data=None, figures=None):
     global ``rcParams`` for the duration: do not draw other matplotlib figures from another thread
     meanwhile.
     """
-    report = report if isinstance(report, dict) else {}
+    report = _with_evaluation(report) if isinstance(report, dict) else {}
     data = data if isinstance(data, dict) else None
     m = _measures(report)
     sizes = _get(data, "group_sizes", "sizes") if data else None

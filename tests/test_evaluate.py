@@ -315,10 +315,10 @@ def test_run_writes_the_json_and_the_page_where_told(tmp_path):
 
 
 def test_anonymize_evaluate_puts_the_risk_into_the_report_and_the_page(tmp_path):
-    """``microagg anonymize --evaluate``: the written release evaluated before the commit; the same
-    measures as ``microagg evaluate`` of the committed release."""
+    """``microagg anonymize`` (evaluating by default): the written release evaluated before the commit;
+    the same measures as ``microagg evaluate`` of the committed release."""
     out = tmp_path / "release"
-    microagg_cli("anonymize", CENSUS_CSV, out, "--k", 3, "--evaluate", "--known", "AGI,FICA",
+    microagg_cli("anonymize", CENSUS_CSV, out, "--k", 3, "--known", "AGI,FICA",
                  "--scheduler", "synchronous", check=True)
     rep = json.loads((out / "_report.json").read_text())
     evaluation = rep["evaluation"]
@@ -336,8 +336,21 @@ def test_anonymize_evaluate_puts_the_risk_into_the_report_and_the_page(tmp_path)
         "_SUCCESS", "_report.html", "_report.json"]
 
 
+def test_no_evaluate_and_release_where_release_without_an_evaluation(tmp_path):
+    for flags in (["--no-evaluate"], ["--release-where", "AGI > 0"]):
+        out = tmp_path / flags[0]
+        proc = microagg_cli("anonymize", CENSUS_CSV, out, "--k", 3, *flags, "--scheduler", "synchronous", check=True)
+        report = json.loads((out / "_report.json").read_text())
+        assert "evaluation" not in report and report["information_loss"] > 0
+        assert "disclosure risk" not in proc.stdout
+        verdict = re.search(r'<p id="verdict"[^>]*>([^<]*)<', (out / "_report.html").read_text()).group(1)
+        assert "not computed" in verdict
+    assert "not evaluated: with --release-where (release_where) its rows do not pair with the input's" in proc.stdout
+
+
 @pytest.mark.parametrize("flags, message", [
-    (["--known", "AGI"], "options of --evaluate"),
+    (["--no-evaluate", "--known", "AGI"], "options of the evaluation, which is off (--no-evaluate)"),
+    (["--release-where", "AGI > 0", "--id-percent", "5"], "which is off here (with --release-where"),
     (["--evaluate", "--release-where", "AGI > 0"], "--release-where"),
 ])
 def test_anonymize_evaluate_refuses_what_it_cannot_evaluate(tmp_path, flags, message):

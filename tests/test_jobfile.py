@@ -134,6 +134,13 @@ def test_json_logs_parse_line_by_line_and_end_with_finished(workspace, tmp_path)
     assert final["output"] == str(jobs / "exports" / "2026-03-05" / "small")  # {date} and {job}
     assert final["information_loss"] > 0
     assert (jobs / "exports" / "2026-03-05" / "small" / "_SUCCESS").exists()
+    # evaluated by default (no [evaluate] section), as `microagg anonymize`; run = false skips it
+    evaluation = json.loads((jobs / "exports" / "2026-03-05" / "small" / "_evaluation.json").read_text())
+    assert evaluation["checks"]["k_anonymity"]["passed"] and 0 < evaluation["disclosure_risk"]["dld"] < 100
+    job = _write(jobs, "plain.toml", SMALL_JOB + "[evaluate]\nrun = false\n")
+    assert _cli("run", job, "--date", "2026-03-05", cwd=tmp_path).returncode == 0
+    assert sorted(p.name for p in (jobs / "exports" / "2026-03-05" / "plain").iterdir()
+                  if not p.name.endswith(".parquet")) == ["_SUCCESS", "_report.json"]
 
 
 def test_unreachable_scheduler_is_a_cluster_failure_and_fails_fast(workspace, tmp_path):
@@ -298,6 +305,11 @@ BAD = [
      "[evaluate]\nknown = [['B']]\n", "[evaluate] known: column(s) 'B' are not quasi-identifiers"),
     ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[cluster]\nprocesses = true\n"
      "memory_limit = '256MiB'\n", "[cluster] memory_limit: 256.00 MiB per worker is below the 512.00 MiB minimum"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nmissing = 'centroid'\n[evaluate]\nrun = true\n",
+     "[evaluate] run: the evaluation pairs the input's rows with the release's on complete QIs, so it cannot "
+     "evaluate this release (with --missing centroid"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nmissing = 'centroid'\n[report]\n"
+     "evaluation = 'e.json'\n", "[report] evaluation: the evaluation is off"),
     ("k = 5\n", 'top-level key "k": keys belong in a section ([anonymize] k)'),
     ("[input\n", "not valid TOML"),
 ]

@@ -85,6 +85,12 @@ def test_cli_release_with_missing_values(tmp_path):
     assert_k_anonymous(released, QI5, 5)
     report = json.loads((out / "_report.json").read_text())
     assert sum(report["imputed_cells"].values()) == int(df[QI5].isna().sum().sum())
+    # the evaluation (on by default) needs complete QIs in both files: off here, and said so
+    assert "evaluation" not in report and "not evaluated: with --missing centroid" in proc.stdout
+    refused = microagg_cli("anonymize", source, tmp_path / "other", "--k", 5, "--qi", ",".join(QI5), "--missing",
+                           "centroid", "--evaluate", "--scheduler", "synchronous")
+    assert refused.returncode == 2 and "cannot evaluate this release (with --missing centroid" in refused.stderr
+    assert not (tmp_path / "other").exists()
 
 
 @pytest.mark.parametrize("change, flags, message", [

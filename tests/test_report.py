@@ -251,8 +251,15 @@ def test_census_page_has_every_plot_and_the_verdict(census_page):
         assert png.startswith(b"\x89PNG\r\n\x1a\n") and int(width) > 300 and int(height) > 200
         assert b"Software" not in png and b"tIME" not in png  # no version string, no timestamp
     verdict = re.search(r'<p id="verdict" class="ok">([^<]*)</p>', page).group(1)
-    assert verdict == ("k = 5 reached (smallest group 5) \u00b7 IL 9.09 % \u00b7 DLD not computed \u00b7 "
-                       "ID not computed \u00b7 k\u2032 5")  # k' from the gate: every group a distinct tuple
+    evaluation = rep["evaluation"]  # anonymize evaluates its release by default
+    risk = evaluation["disclosure_risk"]
+    assert verdict == (f"k = 5 reached (smallest group 5) \u00b7 IL 9.09 % \u00b7 DLD {risk['dld']:.2f} % \u00b7 "
+                       f"ID {risk['id']:.2f} % \u00b7 k\u2032 5 \u00b7 score {evaluation['score']:.2f} %")
+    assert evaluation["anonymity"]["k_prime"] == 5  # every group a distinct tuple
+    without = report.render_html({key: value for key, value in rep.items() if key != "evaluation"}, data)
+    assert re.search(r'<p id="verdict" class="ok">([^<]*)</p>', without).group(1) == (
+        "k = 5 reached (smallest group 5) \u00b7 IL 9.09 % \u00b7 DLD not computed \u00b7 ID not computed \u00b7 "
+        "k\u2032 5")  # k' from the gate
     for name in rep["quasi_identifiers"]:  # the original's statistics table
         assert f"<td>{name}</td>" in page
     assert "<td>validate</td>" not in page  # timings are a plot, the options a table
@@ -375,7 +382,11 @@ def test_anonymize_writes_the_page_into_the_release(census_out):
     page = (census_out / "_report.html").read_text()
     assert [alt for *_, alt in IMG.findall(page)] == list(PLOTS)  # every plot, embedded
     verdict = re.search(r'<p id="verdict" class="ok">([^<]*)</p>', page).group(1)
-    assert verdict.startswith("k = 5 reached (smallest group 5) \u00b7 IL 9.09 % \u00b7 DLD not computed")
+    # evaluated by default: the verdict carries the release's disclosure risk, as the report's evaluation
+    risk = rep["evaluation"]["disclosure_risk"]
+    assert verdict.startswith(f"k = 5 reached (smallest group 5) \u00b7 IL 9.09 % \u00b7 DLD {risk['dld']:.2f} % "
+                              f"\u00b7 ID {risk['id']:.2f} %")
+    assert 0 < risk["dld"] < 100 / 5
     assert "<td>AGI</td>" in page and not re.search(r"(src|href)=\"(?!data:|#)", page)
     # the JSON alone renders the page again: the same verdict and data plots (the JSON's keys are sorted,
     # so its timings come in another order, and it has the page's own rendering time)

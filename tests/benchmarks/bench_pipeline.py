@@ -191,13 +191,18 @@ def _peak(report):
     return workers.get("max_peak_rss_bytes", 0) / 2**30
 
 
+def _evaluation(args):
+    """The anonymization alone against the floor (which evaluates nothing), unless ``--evaluate``."""
+    return () if getattr(args, "evaluate", False) else ("--no-evaluate",)
+
+
 def _anonymize(args, source, release, workers, threads, *extra):
     """``microagg anonymize`` on ``source`` in a subprocess: ``(seconds, report)``; the release is removed."""
     t = time.perf_counter()
     cmd = [str(BIN / "microagg"), "anonymize", str(source), str(release), "--k", str(args.k),
            "--identifiers", "person_id", "--qi", ",".join(QI), "--workers", str(workers),
            "--threads-per-worker", str(threads), "--processes" if args.processes else "--no-processes",
-           "--memory-limit", args.memory_limit, "--refine", args.refine, *extra]
+           "--memory-limit", args.memory_limit, "--refine", args.refine, *_evaluation(args), *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     total = time.perf_counter() - t
     if proc.returncode:
@@ -395,7 +400,7 @@ def _attempt(args, source, release, workers, threads):
     cmd = [str(BIN / "microagg"), "anonymize", str(source), str(release), "--k", str(args.k),
            "--identifiers", "person_id", "--qi", ",".join(QI), "--workers", str(workers),
            "--threads-per-worker", str(threads), "--processes" if args.processes else "--no-processes",
-           "--memory-limit", args.memory_limit, "--refine", args.refine]
+           "--memory-limit", args.memory_limit, "--refine", args.refine, *_evaluation(args)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     sampler = _PeakSampler(proc.pid, args.processes)
     try:
@@ -641,6 +646,9 @@ def main():
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream"))
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
                         help="stream mode: write the HTML page too")
+    parser.add_argument("--evaluate", action="store_true",
+                        help="scale / sweep: keep the job's default evaluation of the release (off here: the "
+                             "floor only reads, sorts and writes)")
     parser.add_argument("--layouts", default="5000/16/8,2500/32/6,5000/16/8,2500/32/6",
                         help="blocking mode: block size / blocks per task / neighbour groups [/ band / upper band], in order")
     parser.add_argument("--profile", action="store_true",

@@ -1,0 +1,382 @@
+"""Interval disclosure and quantiles of whole columns, distributed: no task holds a whole column.
+
+The rank-based interval disclosure (:func:`metrics.interval_disclosure`) needs, for every record and
+QI, the order statistics of the whole masked column at ranks ``L - h`` and ``R - 1 + h`` around the
+record's masked value (``L`` / ``R``: how many masked values are smaller / not larger); the
+quantiles need a few order statistics of both files' columns. Collected in one task, a column of 30M
+rows and its sort (about 40 bytes per row) take most of a worker of 1.5 GiB, and that memory cannot
+be spilled.
+
+Interval disclosure, in batches of columns (at most :data:`BATCH_VALUES` records x columns each, so
+that a batch's records in transit stay a bounded, spillable amount):
+
+1. splitters: every aligned piece gives evenly spaced marks ``(value, row id)`` of each masked column;
+   per column the marks, sorted by value then row id, give ``m - 1`` splitters (``m`` buckets of about
+   :data:`BUCKET_ROWS` records). Ties are ordered by row id, so a value that holds much of a column
+   (the zeros of a zero-inflated amount, a large class's centroid) is spread over several buckets
+   instead of filling one;
+2. route: each piece sends every record to the bucket of its masked value, its original value beside
+   it, column by column: one all-to-all exchange (:meth:`graph.Layer.exchange`) per batch;
+3. buckets: a bucket reduces each column to its *summary*, the distinct masked values and their
+   counts; the client collects each bucket's size and first and last value with their counts, which
+   gives every bucket's first rank and the global ranks ``L`` of its first and ``R`` of its last value
+   (a value may span buckets);
+4. hits: each bucket reads the order statistics it needs from the summaries of the buckets holding
+   those ranks (the ranks ``L - h`` of its values form a range as long as the bucket, shifted by
+   ``h``: a few buckets) and counts its records' hits.
+
+Quantiles, by selection: per column of each file, value bins cut at :data:`SELECTION_BINS` marks; one
+pass counts each piece's values per bin (a sort of the piece's column and a search of the bin edges),
+the client finds the bin holding each wanted rank, a second pass returns the pieces' values in those
+bins only, and the client picks the order statistics.
+
+Exact: the hits are those of :func:`metrics.interval_hits` over the whole sorted column, so the rates
+are :func:`metrics.interval_disclosure_rates`'s; the quantiles are ``np.quantile``'s linear
+interpolation (Hyndman-Fan type 7) between the same order statistics, with NumPy's arithmetic. A
+negative zero counts as zero (its quantile is reported as ``0.0``).
+
+References
+----------
+Domingo-Ferrer, J. and Torra, V. (2001). A quantitative comparison of disclosure control methods for
+microdata. In Confidentiality, Disclosure and Data Access, Elsevier, 111-133.
+``shared/papers/mic1d-one-dimension-microaggregation.txt`` section 2.3.
+"""
+
+from typing import NamedTuple
+
+import dask
+import numpy as np
+from dask import delayed
+
+from ..kernels import groups
+from . import graph, metrics
+from .release import persisted
+
+BUCKET_ROWS = 250_000
+"""Records per bucket of a column, on average (a bucket holds 16 bytes per record and column of its
+batch, and the sort of its distinct values)."""
+BATCH_VALUES = 40_000_000
+"""Most (record, column) pairs in one batch of columns: the routed records of a batch (16 bytes each)
+are in memory or spilled at once (13 QIs: 10M rows in four batches, 30M one column at a time)."""
+MARKS = 256
+"""Marks per piece and column for the splitters (at 10M rows: 10,240 marks for 40 buckets)."""
+SELECTION_BINS = 16_384
+"""Value bins per column for the quantiles' order statistics (each about ``rows / 16,384`` records,
+at most the marks allow)."""
+
+
+class Bucket(NamedTuple):
+    """One bucket of every column of a batch (lists indexed by column): ``masked[j]`` is the summary
+    ``(distinct masked values, counts)`` of the bucket; ``position[j]`` gives, for every record in it,
+    the index of its masked value in ``masked[j][0]``, and ``x[j]`` its original value."""
+
+    masked: list
+    position: list
+    x: list
+
+
+class Ranks(NamedTuple):
+    """Where the buckets of one masked column lie in its ranks (arrays over the ``m`` buckets):
+    ``start`` (``m + 1``: bucket ``b`` holds ranks ``start[b] .. start[b + 1] - 1``), ``below_first``
+    (how many values are smaller than the bucket's first value), ``through_last`` (how many are not
+    larger than its last value)."""
+
+    start: np.ndarray
+    below_first: np.ndarray
+    through_last: np.ndarray
+
+    def bucket(self, rank):
+        """The bucket holding ``rank`` (never an empty one)."""
+        return int(np.searchsorted(self.start, rank, side="right") - 1)
+
+
+class Plan(NamedTuple):
+    """What bucket ``b``'s hits task needs, per column ``j`` of its batch: the rank of its first
+    record and the global ranks of its first and last values (``masked[j]``, a triple), and the
+    buckets whose summaries it reads with their first ranks (``reads[j]``: ``(bucket, start)``)."""
+
+    masked: list
+    reads: list
+
+
+def _marks(pair):
+    """About :data:`MARKS` evenly spaced ``(masked values, original values, row ids)`` of a piece."""
+    n = pair.X.shape[0]
+    at = np.arange(0, n, max(1, n // MARKS))
+    return pair.Xm[at] + 0.0, pair.X[at] + 0.0, pair.start + at
+
+
+def splitters(marks, n_buckets):
+    """Per masked column, the ``n_buckets - 1`` splitters ``(values, row ids)``, sorted by value then
+    row id, from the pieces' :func:`_marks`."""
+    rows = np.concatenate([mk[2] for mk in marks])
+    values = np.concatenate([mk[0] for mk in marks])
+    cut = (np.arange(1, n_buckets) * len(rows)) // n_buckets
+    out = []
+    for j in range(values.shape[1]):
+        order = np.lexsort((rows, values[:, j]))[cut]
+        out.append((values[order, j], rows[order]))
+    return out
+
+
+def bucket_of(values, rows, split):
+    """The bucket of every ``(value, row id)``: how many splitters are not larger (value first)."""
+    split_values, split_rows = split
+    out = np.searchsorted(split_values, values, side="left")
+    if not len(split_values):
+        return out
+    tied = np.flatnonzero(split_values[np.minimum(out, len(split_values) - 1)] == values)
+    if len(tied):  # equal to some splitters' value: their row ids decide
+        runs = out[tied]
+        for first in np.unique(runs):
+            at = tied[runs == first]
+            last = np.searchsorted(split_values, split_values[first], side="right")
+            out[at] = first + np.searchsorted(split_rows[first:last], rows[at], side="right")
+    return out
+
+
+def _route(pair, split, batch, n_buckets):
+    """A piece's records cut by bucket, for the columns ``batch``: per bucket the masked values (one
+    field per column) and the original values beside them (one field per column)."""
+    rows = np.arange(pair.start, pair.start + pair.X.shape[0], dtype=np.int64)
+    masked, beside = [], []
+    for j in batch:
+        xm, x = pair.Xm[:, j] + 0.0, pair.X[:, j]
+        bounds, order = groups.group_members(bucket_of(xm, rows, split[j]).astype(np.int64), n_buckets)
+        for field, column in ((masked, xm), (beside, x)):
+            column = column[order]
+            field.append([column[a:b] for a, b in zip(bounds[:-1], bounds[1:])])
+    return [tuple(f[i][b] for f in (masked, beside) for i in range(len(batch))) for b in range(n_buckets)]
+
+
+def _bucket(width, *pieces):
+    """A :class:`Bucket` of ``width`` columns from its pieces (in producer order)."""
+    fields = graph.concatenate_fields(pieces)
+    masked, position = [], []
+    for j in range(width):
+        values, at, counts = np.unique(fields[j], return_inverse=True, return_counts=True)
+        masked.append((values, counts))
+        position.append(at.astype(np.int64))
+    return Bucket(masked, position, list(fields[width:]))
+
+
+def _ends(summary):
+    """``(size, first value, its count, last value, its count)`` of a summary."""
+    values, counts = summary
+    if not len(values):
+        return 0, 0.0, 0, 0.0, 0
+    return int(counts.sum()), float(values[0]), int(counts[0]), float(values[-1]), int(counts[-1])
+
+
+def _edges(bucket):
+    return [_ends(s) for s in bucket.masked]
+
+
+def _summaries(bucket):
+    return bucket.masked
+
+
+def ranks_of(edges):
+    """:class:`Ranks` of one masked column from its buckets' :func:`_ends`."""
+    size = np.array([e[0] for e in edges], dtype=np.int64)
+    start = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)
+    below, through = start[:-1].copy(), start[1:].copy()
+    m = len(edges)
+    for b in range(m):
+        if not size[b]:
+            continue
+        c = b - 1  # earlier buckets ending with this bucket's first value
+        while c >= 0 and (not size[c] or edges[c][3] == edges[b][1]):
+            below[b] -= edges[c][4] if size[c] else 0
+            c -= 1
+        c = b + 1  # later buckets starting with its last value
+        while c < m and (not size[c] or edges[c][1] == edges[b][3]):
+            through[b] += edges[c][2] if size[c] else 0
+            c += 1
+    return Ranks(start, below, through)
+
+
+def _reads(ranks, b, n, hs):
+    """The buckets whose summaries bucket ``b`` reads: those holding the ranks ``L - h`` and
+    ``R - 1 + h`` of its values, for every ``h`` (none for an empty bucket)."""
+    if ranks.start[b + 1] == ranks.start[b]:
+        return []
+    need = set()
+    for h in hs:
+        for lo, hi in ((ranks.below_first[b] - h, ranks.start[b + 1] - 1 - h),
+                       (ranks.start[b] + h, ranks.through_last[b] - 1 + h)):
+            lo, hi = min(max(lo, 0), n - 1), min(max(hi, 0), n - 1)
+            need.update(c for c in range(ranks.bucket(lo), ranks.bucket(hi) + 1)
+                        if ranks.start[c + 1] > ranks.start[c])
+    return [(c, int(ranks.start[c])) for c in sorted(need)]
+
+
+def _hits(n, hs, plan, bucket, *read):
+    """Bucket ``b``'s interval-disclosure hits per column of its batch and ``h`` (``(width,
+    len(hs))`` counts); ``read``: ``(bucket, its summaries)`` pairs."""
+    lookup = dict(read)
+    hits = np.zeros((len(bucket.masked), len(hs)), dtype=np.int64)
+    for j, (values, counts) in enumerate(bucket.masked):
+        if not len(values):
+            continue
+        start, below_first, through_last = plan.masked[j]
+        through = start + np.cumsum(counts)
+        below = through - counts
+        below[0], through[-1] = below_first, through_last
+        table = [lookup[c][j] for c, _ in plan.reads[j]]
+        table_values = np.concatenate([t[0] for t in table])
+        table_ends = np.concatenate([s + np.cumsum(t[1]) for t, (_, s) in zip(table, plan.reads[j])])
+        at, x = bucket.position[j], bucket.x[j]
+        for i, h in enumerate(hs):
+            lo = table_values[np.searchsorted(table_ends, np.clip(below - h, 0, n - 1), side="right")]
+            hi = table_values[np.searchsorted(table_ends, np.clip(through - 1 + h, 0, n - 1), side="right")]
+            ok = through - 1 + h >= below - h
+            hits[j, i] = np.count_nonzero((lo[at] <= x) & (x <= hi[at]) & ok[at])
+    return hits
+
+
+def interval_hits(pairs, n, hs, marks, bucket_rows=BUCKET_ROWS, batch_values=BATCH_VALUES):
+    """Per QI and half-width ``h`` of ``hs``, how many records' original value lies in the rank
+    interval around their masked value (:func:`metrics.interval_hits` over the whole sorted masked
+    column), in batches of columns."""
+    width = marks[0][0].shape[1]
+    m = max(1, -(-n // bucket_rows))
+    split = delayed(splitters(marks, m), pure=True)
+    n_batches = -(-width // max(1, batch_values // max(n, 1)))
+    hits = []
+    for batch in np.array_split(np.arange(width), n_batches):
+        batch = batch.tolist()
+        layer = graph.Layer("microagg-columns")
+        routed = [layer.task(("route", i), _route, p, split, batch, m) for i, p in enumerate(pairs)]
+        pieces = layer.exchange("buckets", routed, m, graph.concatenate_fields, rows=n * len(batch))
+        buckets = persisted(*layer.delayed([layer.task(("bucket", b), _bucket, len(batch), *pieces[b])
+                                            for b in range(m)]))
+        edges = dask.compute(*[delayed(_edges, pure=True)(b) for b in buckets])
+        ranks = [ranks_of([e[j] for e in edges]) for j in range(len(batch))]
+        summaries = [delayed(_summaries, pure=True)(b) for b in buckets]
+        tasks = []
+        for b in range(m):
+            reads = [_reads(r, b, n, hs) for r in ranks]
+            plan = Plan([(int(r.start[b]), int(r.below_first[b]), int(r.through_last[b])) for r in ranks], reads)
+            read = sorted({c for per_column in reads for c, _ in per_column})
+            tasks.append(delayed(_hits, pure=True)(n, hs, plan, buckets[b], *[(c, summaries[c]) for c in read]))
+        hits.append(sum(dask.compute(*tasks)))
+        del buckets, summaries, tasks
+    return np.concatenate(hits)
+
+
+# --- order statistics by selection: the quantiles ------------------------------------------------------
+
+
+def quantile_ranks(n, quantiles):
+    """``np.quantile``'s linear method: for each level the ranks below and above its virtual index and
+    the interpolation weight."""
+    virtual = (n - 1) * np.asarray(quantiles, dtype=np.float64)
+    below = np.floor(virtual)
+    weight = virtual - below
+    below = below.astype(np.int64)
+    above = below + 1
+    top = virtual >= n - 1
+    below[top] = n - 1
+    above[top] = n - 1
+    return below, above, weight
+
+
+def lerp(a, b, t):
+    """NumPy's interpolation between order statistics (``numpy.quantile``'s ``_lerp``)."""
+    diff = b - a
+    out = a + diff * t
+    return np.where(t >= 0.5, b - diff * (1 - t), out)
+
+
+def selection_edges(marks, side, bins=SELECTION_BINS):
+    """Per column of one file (``side`` 0: masked, 1: original), at most ``bins - 1`` distinct values
+    from the marks: the bins of the selection."""
+    values = np.concatenate([mk[side] for mk in marks])
+    out = []
+    for j in range(values.shape[1]):
+        v = np.sort(values[:, j])
+        out.append(np.unique(v[(np.arange(1, bins) * len(v)) // bins]))
+    return out
+
+
+def _sorted_column(pair, side, j):
+    """One column of a piece, sorted (NumPy's sort is several times faster than searching the bin of
+    every unsorted value)."""
+    return np.sort((pair.Xm if side == 0 else pair.X)[:, j]) + 0.0
+
+
+def _bin_counts(pair, edges):
+    """Per file and column, how many of the piece's values fall in each bin."""
+    return [[np.diff(np.searchsorted(_sorted_column(pair, side, j), e, side="left"), prepend=0, append=len(pair.X))
+             for j, e in enumerate(edges[side])] for side in (0, 1)]
+
+
+def _sum_counts(*counts):
+    return [[sum(c[side][j] for c in counts) for j in range(len(counts[0][side]))] for side in (0, 1)]
+
+
+def _bin_values(pair, edges, wanted):
+    """Per file and column, the piece's distinct values in the bins ``wanted[side][j]`` (ascending) and
+    their counts."""
+    out = []
+    for side in (0, 1):
+        per_column = []
+        for j, e in enumerate(edges[side]):
+            x = _sorted_column(pair, side, j)
+            lo, hi = _bounds(e, wanted[side][j])
+            x = np.concatenate([x[a:b] for a, b in zip(np.searchsorted(x, lo, side="left"),
+                                                       np.searchsorted(x, hi, side="left"))])
+            per_column.append(np.unique(x, return_counts=True))
+        out.append(per_column)
+    return out
+
+
+def quantiles_of(pairs, n, quantiles, marks, bins=SELECTION_BINS, fan_in=32):
+    """``(quantiles of the original (len(quantiles), d), of the masked)``, as ``np.quantile`` of each
+    whole column: each order statistic is selected from the few values of its bin."""
+    edges = [selection_edges(marks, side, bins) for side in (0, 1)]
+    counted = [delayed(_bin_counts, pure=True)(p, edges) for p in pairs]
+    while len(counted) > 1:  # a tree of sums: the client receives one count per bin
+        counted = [delayed(_sum_counts, pure=True)(*counted[i:i + fan_in]) for i in range(0, len(counted), fan_in)]
+    (totals,) = dask.compute(counted[0])
+    below, above, weight = quantile_ranks(n, quantiles)
+    ranks = np.concatenate([below, above])
+    cum = [[np.cumsum(c) for c in totals[side]] for side in (0, 1)]
+    wanted = [[np.unique(np.searchsorted(c, ranks, side="right")) for c in cum[side]] for side in (0, 1)]
+    found = dask.compute(*[delayed(_bin_values, pure=True)(p, edges, wanted) for p in pairs])
+    out = []
+    for side in (0, 1):
+        q = np.empty((len(below), len(edges[side])))
+        for j, c in enumerate(cum[side]):
+            values, at = np.unique(np.concatenate([f[side][j][0] for f in found]), return_inverse=True)
+            counts = np.bincount(at, weights=np.concatenate([f[side][j][1] for f in found])).astype(np.int64)
+            first = np.concatenate([[0], c])[wanted[side][j]]  # rank of each wanted bin's first value
+            ends = np.concatenate([f + np.cumsum(counts[(values >= lo) & (values < hi)])
+                                   for f, lo, hi in zip(first, *_bounds(edges[side][j], wanted[side][j]))])
+            picked = np.concatenate([values[(values >= lo) & (values < hi)]
+                                     for lo, hi in zip(*_bounds(edges[side][j], wanted[side][j]))])
+            at_rank = dict(zip(ranks.tolist(), picked[np.searchsorted(ends, ranks, side="right")].tolist()))
+            q[:, j] = lerp(np.array([at_rank[r] for r in below.tolist()]), np.array([at_rank[r] for r in above.tolist()]),
+                           weight) + 0.0
+        out.append(q)
+    return out[1], out[0]
+
+
+def _bounds(edges, bins):
+    """Value ranges ``[lo, hi)`` of the bins ``bins`` (bin ``i`` holds values in ``[edges[i-1], edges[i])``)."""
+    full = np.concatenate([[-np.inf], edges, [np.inf]])
+    return full[bins], full[bins + 1]
+
+
+def column_measures(pairs, width, n, ps, quantiles, bucket_rows=BUCKET_ROWS, batch_values=BATCH_VALUES):
+    """``(ID rate per QI, quantiles of the original (len(quantiles), d), of the masked)``, exactly as
+    :func:`metrics.interval_disclosure_rates` and ``np.quantile`` compute them over whole columns."""
+    marks = dask.compute(*[delayed(_marks, pure=True)(p) for p in pairs])
+    hs = [metrics.rank_half_width(n, q) for q in ps]
+    hits = interval_hits(pairs, n, hs, marks, bucket_rows, batch_values)
+    rates = np.zeros(width)
+    for i in range(len(hs)):
+        rates += hits[:, i] / n
+    q_original, q_masked = quantiles_of(pairs, n, quantiles, marks)
+    return 100.0 * rates / len(ps), q_original, q_masked

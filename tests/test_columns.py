@@ -1,0 +1,104 @@
+"""Interval disclosure and quantiles from columns ranked in buckets (pipeline/columns.py) against the
+in-memory measures of pipeline/metrics.py over whole columns: exact, with ties across buckets."""
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+
+from microagg.pipeline import columns, graph, metrics
+from microagg.pipeline import evaluate as ev
+
+
+@pytest.fixture(autouse=True)
+def synchronous():
+    with dask.config.set(scheduler="synchronous"):
+        yield
+
+
+def _zero_inflated(seed, n=3000):
+    """An amount that is zero in 60 % of the records (its masked zeros span many buckets), a
+    continuous column, and small integers; the masked file repeats values as a release does."""
+    rng = np.random.default_rng(seed)
+    amount = np.where(rng.random(n) < 0.6, 0.0, rng.lognormal(8, 1, n))
+    X = np.column_stack([amount, rng.normal(size=n) * 50 + 7, rng.integers(0, 5, n).astype(np.float64)])
+    groups = rng.permutation(n) // 4
+    Xm = pd.DataFrame(X).groupby(groups).transform("mean").to_numpy().copy()
+    Xm[X[:, 0] == 0.0, 0] = 0.0  # zero stays zero, as an all-zero group's centroid
+    Xm[rng.random(n) < 0.01, 1] = -0.0
+    return X, Xm
+
+
+def _pairs(X, Xm, piece_rows):
+    names = [f"c{j}" for j in range(X.shape[1])]
+    original = dd.from_pandas(pd.DataFrame(X, columns=names), npartitions=3)
+    masked = dd.from_pandas(pd.DataFrame(Xm, columns=names), npartitions=2)
+    return ev.prepare(original, masked, names, piece_rows=piece_rows).pairs
+
+
+def _measure(X, Xm, ps, bucket_rows, piece_rows, batch_values=columns.BATCH_VALUES):
+    return columns.column_measures(_pairs(X, Xm, piece_rows), X.shape[1], len(X), ps, metrics.QUANTILES,
+                                   bucket_rows=bucket_rows, batch_values=batch_values)
+
+
+@pytest.mark.parametrize("seed, ps, bucket_rows, batch_values",
+                         [(1, [10.0], 97, 10**6), (2, [1.0, 10.0, 50.0], 400, 6000), (3, [10.0], 10**6, 1)])
+def test_rates_and_quantiles_equal_the_whole_column_measures_exactly(seed, ps, bucket_rows, batch_values):
+    """Many buckets or one; all columns in one batch, in two (6,000 values: two columns of 3,000 rows),
+    or one column at a time."""
+    X, Xm = _zero_inflated(seed)
+    rates, q_original, q_masked = _measure(X, Xm, ps, bucket_rows, piece_rows=701, batch_values=batch_values)
+    np.testing.assert_array_equal(rates, metrics.interval_disclosure_rates(X, Xm, ps))  # bit for bit
+    np.testing.assert_array_equal(q_original, np.quantile(X, metrics.QUANTILES, axis=0))
+    np.testing.assert_array_equal(q_masked, np.quantile(Xm, metrics.QUANTILES, axis=0))
+    assert 0 < rates.min() and rates.max() <= 100
+
+
+@pytest.mark.parametrize("direct", [None, 0])  # 0: the exchange in two levels, as on a large cluster
+def test_either_exchange_gives_the_same_measures(monkeypatch, direct):
+    X, Xm = _zero_inflated(4, n=1500)
+    monkeypatch.setattr(graph, "DIRECT_PIECES", 4096 if direct is None else direct)
+    rates, q_original, q_masked = _measure(X, Xm, [10.0], 50, piece_rows=200)
+    np.testing.assert_array_equal(rates, metrics.interval_disclosure_rates(X, Xm, 10.0))
+    np.testing.assert_array_equal(q_masked, np.quantile(Xm, metrics.QUANTILES, axis=0))
+
+
+def test_a_value_holding_most_of_a_column_is_spread_over_buckets():
+    rng = np.random.default_rng(5)
+    values = np.where(rng.random(2000) < 0.7, 0.0, rng.random(2000))
+    rows = np.arange(2000)
+    marks = [(values[:, None], values[:, None], rows)]
+    split = columns.splitters(marks, 10)[0]
+    which = columns.bucket_of(values, rows, split)
+    sizes = np.bincount(which, minlength=10)
+    assert sizes.max() <= 2 * len(values) / 10  # the 1,400 zeros do not fill one bucket
+    assert (np.diff(which[np.argsort(values, kind="stable")]) >= 0).all()  # buckets follow (value, row id)
+    ranks = columns.ranks_of([(int(s), float(values[which == b].min()), int((values[which == b] == values[which == b].min()).sum()),
+                               float(values[which == b].max()), int((values[which == b] == values[which == b].max()).sum()))
+                              for b, s in enumerate(sizes)])
+    zeros = int((values == 0).sum())
+    for b in range(10):
+        first = values[which == b].min()
+        assert ranks.below_first[b] == (values < first).sum()
+        assert ranks.through_last[b] == (values <= values[which == b].max()).sum()
+    assert ranks.through_last[0] == zeros
+
+
+def test_quantile_ranks_and_lerp_are_numpys():
+    rng = np.random.default_rng(6)
+    for n in (1, 2, 3, 10, 101, 1000):
+        x = np.sort(rng.normal(size=n) * 1e3)
+        q = np.array([0.0, 0.01, 0.25, 0.5, 0.7, 0.95, 0.99, 1.0])
+        below, above, weight = columns.quantile_ranks(n, q)
+        np.testing.assert_array_equal(columns.lerp(x[below], x[above], weight), np.quantile(x, q))
+
+
+@pytest.mark.parametrize("bins", [2, 5, 4096])
+def test_quantiles_are_selected_from_their_bins_exactly(bins):
+    X, Xm = _zero_inflated(7, n=2500)
+    pairs = _pairs(X, Xm, piece_rows=300)
+    marks = dask.compute(*[dask.delayed(columns._marks)(p) for p in pairs])
+    q_original, q_masked = columns.quantiles_of(pairs, len(X), metrics.QUANTILES, marks, bins=bins, fan_in=3)
+    np.testing.assert_array_equal(q_original, np.quantile(X, metrics.QUANTILES, axis=0))
+    np.testing.assert_array_equal(q_masked, np.quantile(Xm, metrics.QUANTILES, axis=0))
