@@ -10,7 +10,7 @@ import sys
 from . import evaluate, generate, logs
 from . import run as jobrun
 from .exit_codes import EXIT_CLUSTER, EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, is_cluster_failure
-from .flags import add_cluster_arguments, add_risk_arguments
+from .flags import RELEASE_DLD_RECORDS, add_cluster_arguments, add_risk_arguments
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -86,7 +86,7 @@ def _add_anonymize(sub):
                         "`evaluation` and the page's verdict line. On by default, except with --release-where "
                         "(rows no longer pair by position) or --missing centroid; --no-evaluate skips it (it takes longer than the "
                         "anonymization: BENCHMARKS.md)")
-    add_risk_arguments(p, "evaluation: ")
+    add_risk_arguments(p, "evaluation: ", RELEASE_DLD_RECORDS)
     p.add_argument("--rows-per-file", type=int, default=None,
                    help="rows per output Parquet file (default 250,000: a file is one task of the write, and "
                         "its memory grows with it)")
@@ -183,7 +183,8 @@ def _anonymize(args):
         raise InputError(f"--evaluate pairs every input row with its released row on complete QIs: it cannot evaluate "
                          f"this release ({unpaired}); evaluate it with `microagg evaluate` instead")
     if args.evaluate is not False and not unpaired:
-        evaluation = {"known": [[c.strip() for c in s.split(",") if c.strip()] for s in args.known]}
+        evaluation = {"known": [[c.strip() for c in s.split(",") if c.strip()] for s in args.known],
+                      "dld_records": args.dld_records}
         if args.id_percent is not None:
             evaluation["id_percent"] = args.id_percent
     elif args.known or args.id_percent is not None:
@@ -219,8 +220,8 @@ def _anonymize(args):
     _say(args, f"information loss: {report['information_loss']:.3f} %")
     if report.get("evaluation"):
         risk, anonymity = report["evaluation"]["disclosure_risk"], report["evaluation"]["anonymity"]
-        _say(args, f"disclosure risk: DLD {risk['dld']:.3f} %, ID {risk['id']:.3f} %; real anonymity k' "
-                   f"{anonymity['k_prime']:.2f}; score {report['evaluation']['score']:.3f}")
+        _say(args, f"disclosure risk: {evaluate.dld_text(risk, report['rows'])}, ID {risk['id']:.3f} %; real "
+                   f"anonymity k' {anonymity['k_prime']:.2f}; score {report['evaluation']['score']:.3f}")
     return EXIT_OK
 
 

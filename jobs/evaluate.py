@@ -53,7 +53,7 @@ def run(args):
     from ..pipeline import evaluate, metrics
     from .cluster import dask_client
 
-    options = {"seed": args.seed}
+    options = {"seed": args.seed, "dld_records": args.dld_records}
     if args.block_rows is not None:
         options["block_rows"] = args.block_rows
     id_percent = metrics.ID_PERCENT if args.id_percent is None else args.id_percent
@@ -71,6 +71,16 @@ def _number(value, digits=3):
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def dld_text(risk, rows):
+    """The DLD of a report's ``disclosure_risk`` (or of one of its scenarios) for the console: with its
+    95 % interval and the records searched when only a sample of the ``rows`` was."""
+    text = f"DLD {_number(risk.get('dld'))} %"
+    interval, records = risk.get("dld_interval"), risk.get("dld_records")
+    if interval and records is not None:
+        text += f" (95% interval {interval[0]:.3f}-{interval[1]:.3f} %, {records:,} of {rows:,} records searched)"
+    return text
+
+
 def _summary(report):
     loss, risk, anonymity, checks = (report["information_loss"], report["disclosure_risk"], report["anonymity"],
                                      report["checks"])
@@ -79,11 +89,11 @@ def _summary(report):
         f"{len(report['qi'])} quasi-identifiers)",
         f"information loss: IL {_number(loss['il'])} % (100 SSE/SST), score IL {_number(loss['family']['IL'])} %, "
         f"IL1s {_number(loss['il1s'], 4)}",
-        f"disclosure risk: DLD {_number(risk['dld'])} %, ID {_number(risk['id'])} % (p = {risk['id_percent']}), "
+        f"disclosure risk: {dld_text(risk, report['rows'])}, ID {_number(risk['id'])} % (p = {risk['id_percent']}), "
         f"DR {_number(risk['dr'])} %; score {_number(report['score'])}",
     ]
     for scenario in risk["scenarios"][1:]:
-        lines.append(f"  known {','.join(scenario['columns'])}: DLD {_number(scenario['dld'])} %, "
+        lines.append(f"  known {','.join(scenario['columns'])}: {dld_text(scenario, report['rows'])}, "
                      f"ID {_number(scenario['id'])} %")
     lines.append(f"real anonymity k' {_number(anonymity['k_prime'], 2)}: {anonymity['classes']} classes, smallest "
                  f"{anonymity['min_class_size']}")

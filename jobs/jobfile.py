@@ -54,6 +54,8 @@ Sections and keys (``*``: required)::
     known            list of QI sets an intruder may know: [["AGI", "FICA"], ["TAXINC"]] or ["AGI,FICA"]
     id_percent       interval-disclosure width, percent of the rows, in (0, 100] (default 10)
     block_rows       original records per record-linkage block
+    dld_records      masked records whose linkage is searched: a number (a deterministic sample; the DLD
+                     then has a 95 % interval) or "all" (default 1000000: every record up to a million rows)
 
 Templates, in every path (``[input] path``, ``[output] path``, ``[report]`` paths): ``{date}`` (the
 ``--date`` given, else today's date in UTC, ``YYYY-MM-DD``) and ``{job}`` (the job file's name without
@@ -76,6 +78,7 @@ from datetime import date as _date
 from datetime import datetime, timezone
 
 from ..pipeline.errors import InputError
+from .flags import RELEASE_DLD_RECORDS
 
 TEMPLATES = ("date", "job")
 DEFAULT_REPORT = "_report.json"
@@ -140,6 +143,15 @@ def _number(minimum=None, maximum=None, strict=True):
             raise _Bad("must be a number" + (" " + " and ".join(bounds) if bounds else ""))
         return float(value)
     return check
+
+
+def _records(value):
+    """A positive number of records, or ``"all"`` (None)."""
+    if value == "all":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _Bad('must be a positive number of records or "all"')
+    return value
 
 
 def _string(value):
@@ -325,6 +337,7 @@ SCHEMA = {
         "known": Key(_name_sets),
         "id_percent": Key(_number(0, 100)),
         "block_rows": Key(_integer(1)),
+        "dld_records": Key(_records),
     },
 }
 """Every section and key of a job file, with its checker."""
@@ -356,7 +369,7 @@ class Job:
     report: str | None         # release report path; None: _report.json inside the release
     html: str | None           # HTML report path, or None
     evaluation: str | None     # evaluation report path (when evaluating)
-    evaluate: dict | None      # {"known", "id_percent", "block_rows"} when evaluating after the release
+    evaluate: dict | None      # {"known", "id_percent", "block_rows", "dld_records"} when evaluating after the release
 
 
 # --- parsing ------------------------------------------------------------------------------------------
@@ -545,7 +558,8 @@ def load(path, date=None):
         html=os.path.join(output, DEFAULT_HTML) if html is True else (html or None),
         evaluation=get("report", "evaluation", os.path.join(output, DEFAULT_EVALUATION)) if evaluating else None,
         evaluate={"known": get("evaluate", "known", ()), "id_percent": get("evaluate", "id_percent"),
-                  "block_rows": get("evaluate", "block_rows")} if evaluating else None,
+                  "block_rows": get("evaluate", "block_rows"),
+                  "dld_records": get("evaluate", "dld_records", RELEASE_DLD_RECORDS)} if evaluating else None,
     )
     errors = _check_combinations(job, values)
     if errors:

@@ -16,6 +16,8 @@ import os
 import time
 from contextlib import contextmanager
 
+from .evaluate import dld_text
+
 EXIT_OK = 0
 
 log = logging.getLogger("microagg.jobs.run")
@@ -177,6 +179,7 @@ def _evaluate(job, report):
         options["id_percent"] = ev["id_percent"]
     if ev["block_rows"] is not None:
         options["block_rows"] = ev["block_rows"]
+    options["dld_records"] = ev["dld_records"]
     # k-anonymity of whole released QI tuples is the release's guarantee only without attribute blocks
     k = report["k"] if report.get("k_anonymity_scope") == "all quasi-identifiers" else None
     known = [list(s) for s in ev["known"]]
@@ -189,13 +192,12 @@ def _html(job, report, evaluation):
     evaluation's measures when there is one. The release wrote its page (``report["html"]``: inside
     the release, or beside ``[report] json``); it is written again at ``[report] html`` if that is
     elsewhere, and re-rendered in place after an evaluation."""
+    from ..pipeline.release import EVALUATION_KEYS
     from ..pipeline.report import write_html
 
     page = dict(report)
-    if evaluation:
-        for name in ("information_loss", "disclosure_risk", "score", "anonymity", "checks", "known"):
-            if name in evaluation:
-                page[name] = evaluation[name]
+    if evaluation:  # the page shows a release report's evaluation in place of its own measures
+        page["evaluation"] = {name: evaluation[name] for name in EVALUATION_KEYS if name in evaluation}
     written = os.path.abspath(report["html"]) if report.get("html") else None
     targets = [job.html] if os.path.abspath(job.html) != written else []
     if evaluation and written:
@@ -213,7 +215,7 @@ def _summary(job, report, evaluation):
         lines.append(f"released {report['rows_released']} of {report['rows']} rows ({report['release_where']})")
     if evaluation:
         risk = evaluation.get("disclosure_risk", {})
-        lines.append(f"evaluation: {job.evaluation} (DLD {_fmt(risk.get('dld'))} %, ID {_fmt(risk.get('id'))} %, "
+        lines.append(f"evaluation: {job.evaluation} ({dld_text(risk, report['rows'])}, ID {_fmt(risk.get('id'))} %, "
                      f"score {_fmt(evaluation.get('score'))})")
     if job.html:
         lines.append(f"html: {job.html}")

@@ -1,6 +1,6 @@
 """Numba kernels on NumPy arrays: no DataFrames, paths or clients here (see STYLE.md)."""
 
-from .blocking import grow_tree, project, route, sample_mask, sequence_bucket, splitmix64
+from .blocking import grow_tree, project, route, sample_mask, sequence_bucket, splitmix64, tuple_sample_mask
 from .hm import optimal_contiguous, univariate_optimal
 from .mdav import mdav
 from .refine import refine
@@ -29,6 +29,7 @@ __all__ = [
     "route",
     "sequence_bucket",
     "sample_mask",
+    "tuple_sample_mask",
     "splitmix64",
     "sse",
     "sst",

@@ -32,6 +32,28 @@ def sample_mask(row_ids, seed, threshold):
 
 
 @jit
+def tuple_sample_mask(X, seed, threshold):
+    """``True`` for the rows whose hash of (their values, seed) falls below ``threshold`` (uint64): equal
+    rows are all in the sample or all out of it (a sample of distinct tuples), whatever their position.
+
+    The hash chains splitmix64 over the bits of every value in column order; ``-0.0`` hashes as ``0.0``
+    (they compare equal).
+    """
+    n, d = X.shape
+    out = np.empty(n, dtype=np.bool_)
+    s = splitmix64(_U64(seed))
+    bits = np.empty(1, dtype=np.float64)
+    word = bits.view(np.uint64)
+    for i in range(n):
+        h = s
+        for j in range(d):
+            bits[0] = X[i, j] + 0.0
+            h = splitmix64(h ^ word[0])
+        out[i] = h < threshold
+    return out
+
+
+@jit
 def route(Z, directions, thresholds, left, right):
     """Leaf id of every row of ``Z`` in a binary split tree.
 

@@ -27,7 +27,8 @@ Stages (each timed under ``timings``):
    per piece the distinct tuples and their counts, sent by tuple hash to one of several buckets, where
    the counts of equal tuples (compared by value, not by hash) are added;
 7. linkage: the DLD of every scenario (all QIs, then each ``known`` subset), exact and distributed
-   (see :func:`record_linkage`).
+   (see :func:`record_linkage`); with ``dld_records``, over a deterministic sample of the masked
+   records (each sampled record's links still exact: the DLD is then an estimate with an interval).
 
 The report (a JSON-serializable dict; NaN is written as ``None``):
 
@@ -42,9 +43,12 @@ per attribute and statistic: ``attribute``, ``statistic`` in ``mean``, ``varianc
 ``original``, ``masked``, ``relative_change``; :func:`metrics.attribute_changes`), ``quantiles`` (how
 they were computed);
 
-``disclosure_risk``: ``dld`` and ``id`` (all QIs known), ``dr`` = 0.5 DLD + 0.5 ID, ``id_percent``,
+``disclosure_risk``: ``dld`` and ``id`` (all QIs known), ``dld_records`` (the masked records whose links
+were searched: all of them, or a sample with ``dld_records``), ``dld_interval`` (the DLD's 95 %
+interval for a sample; None when exact), ``dr`` = 0.5 DLD + 0.5 ID, ``id_percent``,
 ``id_per_attribute`` (QI -> percent), ``scenarios`` (one per known set, all QIs first: ``columns``,
-``dld``, ``id`` = the mean of ``id_per_attribute`` over them, and ``linkage``: ``blocks``,
+``dld``, ``dld_records``, ``dld_interval``, ``id`` = the mean of ``id_per_attribute`` over them, and
+``linkage``: ``blocks``,
 ``distinct_queries`` (distinct masked tuples searched), ``second_round_queries`` (searches in a block
 other than the tuple's own: one per tuple and block asked), ``seconds``); ID is exact (see stage 4);
 
@@ -99,6 +103,9 @@ BLOCK_ROWS = 100_000
 PIECE_ROWS = 250_000
 """Largest aligned piece: the files are also cut at multiples of this row id."""
 MIN_BLOCK_SAMPLE = 8
+QUERY_SALT = 0x1E3779B97F4A7C15
+"""Mixed into the seed of the sample of masked records searched (:func:`query_sample`), so that it is
+not the sample that shapes the linkage blocks."""
 QUANTILE_METHOD = ("exact: np.quantile's linear interpolation (Hyndman-Fan type 7) between order statistics of "
                    "each whole column, ranked in buckets")
 
@@ -461,12 +468,14 @@ def link_partition(Zs, fraction, block_rows):
 
 
 class _LinkJob(NamedTuple):
-    """What every linkage task needs (shipped once per worker)."""
+    """What every linkage task needs (shipped once per worker); ``queries``: ``(seed, threshold)`` of
+    the sample of masked records whose links are searched, or None (all)."""
 
     mean: np.ndarray
     std: np.ndarray
     columns: np.ndarray
     partition: LinkPartition
+    queries: tuple | None = None
 
 
 class _Block(NamedTuple):
@@ -489,7 +498,8 @@ class _Home(NamedTuple):
 
 
 class Linked(NamedTuple):
-    """Final links of the masked records routed to one block (``row_id`` their global positions)."""
+    """Final links of the masked records routed to one block (``row_id`` their global positions,
+    ``codes`` the distinct tuple of each)."""
 
     row_id: np.ndarray
     distance: np.ndarray
@@ -497,6 +507,7 @@ class Linked(NamedTuple):
     own: np.ndarray
     queries: int
     second_round: int
+    codes: np.ndarray
 
 
 def _by_block(n_blocks, block, *arrays):
@@ -511,11 +522,16 @@ def _route_links(pair, job):
     two lists of ``n_blocks`` pieces."""
     cols = job.columns
     Z = np.ascontiguousarray(kernels.standardize(pair.X, job.mean, job.std)[:, cols])
-    Zm = np.ascontiguousarray(kernels.standardize(pair.Xm, job.mean, job.std)[:, cols])
-    own = linkage.paired_distances(Z, Zm)
     row_id = np.arange(pair.start, pair.start + Z.shape[0], dtype=np.int64)
+    Xm, masked_id = pair.Xm, row_id
+    if job.queries is not None:  # the masked records of the sampled tuples only
+        searched = kernels.tuple_sample_mask(pair.Xm, *job.queries)
+        Xm, masked_id = Xm[searched], row_id[searched]
+    Zm = np.ascontiguousarray(kernels.standardize(Xm, job.mean, job.std)[:, cols])
+    own = linkage.paired_distances(np.ascontiguousarray(Z[masked_id - pair.start]), Zm)
     nb = job.partition.n_blocks
-    return _by_block(nb, job.partition.route(Z), row_id, Z), _by_block(nb, job.partition.route(Zm), row_id, Zm, own)
+    return (_by_block(nb, job.partition.route(Z), row_id, Z),
+            _by_block(nb, job.partition.route(Zm), masked_id, Zm, own))
 
 
 def _block_tree(width, *pieces):
@@ -610,13 +626,21 @@ def _finish(home, *replies):
         count[idx] = merged.count
         visits += len(idx)
     best = distance[home.codes]
-    return Linked(home.row_id, best, count[home.codes], home.own_distance == best, len(home.queries), visits)
+    return Linked(home.row_id, best, count[home.codes], home.own_distance == best, len(home.queries), visits,
+                  home.codes)
 
 
-def _credits(linked):
-    """What the report needs of a block's links: the own-linked records and their tie counts."""
+def _credits(linked, sampled):
+    """What the report needs of a block's links: the own-linked records and their tie counts, the
+    block's distinct queries, second-round searches and masked records searched, and for a sample
+    the credit ``c_t`` and records ``m_t`` of each of its distinct tuples (a sample's interval; a
+    tuple's records all come to its block)."""
     own = linked.own
-    return linked.row_id[own], linked.count[own], linked.queries, linked.second_round
+    tuples = None
+    if sampled:
+        tuples = (np.bincount(linked.codes, weights=np.where(own, 1.0 / np.maximum(linked.count, 1), 0.0)),
+                  np.bincount(linked.codes).astype(np.float64))
+    return linked.row_id[own], linked.count[own], linked.queries, linked.second_round, len(linked.row_id), tuples
 
 
 def _pair_sample(pair, seed, threshold):
@@ -634,9 +658,27 @@ def draw_sample(pairs, n_rows, block_rows, seed):
     return fraction, np.concatenate(parts)
 
 
-def record_linkage(pairs, mean, std, columns, sample, block_rows=BLOCK_ROWS):
+def query_sample(n_rows, records, seed):
+    """``(seed, threshold)`` of the deterministic sample of about ``records`` masked records whose links
+    are searched, or None: every record (``records`` None, or at least ``n_rows``).
+
+    The sample is one of distinct masked tuples (:func:`kernels.tuple_sample_mask`: a tuple is in it
+    when the hash of its values and ``seed ^``:data:`QUERY_SALT` falls below the threshold, each with
+    probability ``records / n_rows``), and takes every record of a sampled tuple: the search costs one
+    query per tuple, so a record sample of a k-anonymous release would cost about k times more
+    searches for the same records. Records of one tuple share their links, and at most a few of them
+    are linked to their own original, so a tuple's credit varies less than its records' do."""
+    if records is None:
+        return None
+    fraction, threshold = sample_plan(n_rows, 1, records)
+    return None if threshold is None else (int(seed) ^ QUERY_SALT, threshold)
+
+
+def record_linkage(pairs, mean, std, columns, sample, block_rows=BLOCK_ROWS, queries=None):
     """The distributed, exact record linkage of one known set: a list of delayed :class:`Linked` (one per
-    block; every masked record in exactly one) and the :class:`LinkPartition`.
+    block; every masked record searched in exactly one) and the :class:`LinkPartition`. ``queries``:
+    :func:`query_sample`'s sample of the masked records to search, or None (all); the originals are
+    always all of them, so a sampled record's links are exact.
 
     Scheme. A split tree shaped on a deterministic sample of the standardized originals
     (:func:`link_partition`) cuts the originals into blocks; each block's task builds one kd-tree
@@ -669,7 +711,7 @@ def record_linkage(pairs, mean, std, columns, sample, block_rows=BLOCK_ROWS):
     Zs = np.ascontiguousarray(kernels.standardize(np.ascontiguousarray(sample[1]), mean, std)[:, columns])
     partition = link_partition(Zs, sample[0], block_rows)
     nb = partition.n_blocks
-    job = delayed(_LinkJob(mean, std, columns, partition), name=f"microagg-linkjob-{uuid.uuid4().hex}")
+    job = delayed(_LinkJob(mean, std, columns, partition, queries), name=f"microagg-linkjob-{uuid.uuid4().hex}")
     layer = graph.Layer("microagg-linkage")
     routed = [layer.task(("route", i), _route_links, p, job) for i, p in enumerate(pairs)]
     originals = layer.exchange("originals", [layer.item(r, 0) for r in routed], nb, graph.concatenate_fields)
@@ -688,18 +730,48 @@ def record_linkage(pairs, mean, std, columns, sample, block_rows=BLOCK_ROWS):
     return second.delayed(finals), partition
 
 
-def dld_of(finals, n_rows):
-    """``(DLD in percent, distinct queries, second-round queries)`` from :func:`record_linkage`'s
-    blocks: the credits of the own-linked records, summed over all records in row order exactly as
-    :func:`metrics.dld_from_links` sums them."""
-    found = dask.compute(*[delayed(_credits, pure=True)(f) for f in finals])
+class Linkage(NamedTuple):
+    """:func:`dld_of`'s summary of one known set: the DLD (percent) over the ``records`` searched, its
+    95 % interval (None when every record was searched: the DLD is then exact), the distinct queries
+    and the second-round searches."""
+
+    dld: float
+    records: int
+    interval: tuple | None
+    queries: int
+    second_round: int
+
+
+def dld_of(finals, n_rows, sampled=False):
+    """:class:`Linkage` from :func:`record_linkage`'s blocks: the credits of the own-linked records,
+    summed over all records in row order exactly as :func:`metrics.dld_from_links` sums them (a record
+    not searched credits nothing) and divided by the records searched.
+
+    For a sample (:func:`query_sample`: tuples drawn independently with probability ``f``), the DLD is
+    the ratio ``R = sum c_t / sum m_t`` over the sampled tuples, and its interval the normal one of the
+    linearized ratio under Poisson sampling: ``Var(R) = (1 - f) sum (c_t - R m_t)^2 / (sum m_t)^2``
+    (Sarndal, Swensson and Wretman, 1992, Model Assisted Survey Sampling, section 5.6), its sums
+    correctly rounded (``math.fsum``), so that it does not depend on how the tuples fell into blocks.
+    ``sampled``: whether :func:`record_linkage` searched a sample (the tuples' credits are then
+    collected)."""
+    found = dask.compute(*[delayed(_credits, pure=True)(f, sampled) for f in finals])
     count = np.ones(n_rows, dtype=np.int64)
     own = np.zeros(n_rows, dtype=bool)
-    for row_id, c, _, _ in found:
+    for row_id, c, *_ in found:
         count[row_id] = c
         own[row_id] = True
-    dld = metrics.dld_from_links(metrics.Links(None, count, own))
-    return dld, sum(f[2] for f in found), sum(f[3] for f in found)
+    records = sum(f[4] for f in found)
+    links = metrics.Links(None, count, own)
+    dld = metrics.dld_from_links(links, records)
+    interval = None
+    if sampled and records < n_rows:
+        credit = np.concatenate([f[5][0] for f in found])
+        tuple_records = np.concatenate([f[5][1] for f in found])
+        residual = credit - dld / 100.0 * tuple_records
+        squares = math.fsum((residual * residual).tolist())
+        half = 100.0 * 1.959963984540054 * math.sqrt((1.0 - records / n_rows) * squares) / max(records, 1)
+        interval = (max(dld - half, 0.0), min(dld + half, 100.0))
+    return Linkage(dld, records, interval, sum(f[2] for f in found), sum(f[3] for f in found))
 
 
 def links_in_row_order(finals, n_rows):
@@ -749,7 +821,7 @@ def prepare(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCEN
 
 
 def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT, *, quantiles=metrics.QUANTILES,
-             block_rows=BLOCK_ROWS, piece_rows=PIECE_ROWS, seed=0, timings=None):
+             block_rows=BLOCK_ROWS, piece_rows=PIECE_ROWS, seed=0, dld_records=None, timings=None):
     """Utility and disclosure risk of ``masked`` as a release of ``original`` (Dask DataFrames, rows
     corresponding by position), on the active Dask client or scheduler. Returns the report (see the
     module docstring).
@@ -765,7 +837,11 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
     quantiles : levels of the per-attribute quantiles
     block_rows : originals per record-linkage block (smaller: more, smaller tasks)
     piece_rows : largest aligned piece
-    seed : seed of the sample that shapes the linkage blocks (the results do not depend on it)
+    seed : seed of the sample that shapes the linkage blocks (the results do not depend on it) and of
+        the sample of masked records searched
+    dld_records : None: the links of every masked record are searched (the exact DLD); a number: of
+        about that many, a deterministic sample (:func:`query_sample`), each record's links exact and
+        the DLD their mean credit, reported with its 95 % interval
     timings : a :class:`pipeline.release.Timings` to add the stage times to
     """
     from .. import __version__
@@ -775,6 +851,8 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
     quantiles = tuple(float(q) for q in quantiles)
     if block_rows < 1 or piece_rows < 1:
         raise InputError(f"block and piece rows must be >= 1, got {block_rows} and {piece_rows}")
+    if dld_records is not None and dld_records < 1:
+        raise InputError(f"the records searched for the DLD must be >= 1 (or all), got {dld_records}")
     prep = prepare(original, masked, qi, k, known, id_percent, piece_rows, timings)
     qi, pairs, n, d = prep.qi, prep.pairs, prep.n_rows, len(prep.qi)
     ps = [float(p) for p in np.atleast_1d(np.asarray(id_percent, dtype=np.float64))]
@@ -789,19 +867,23 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
     scenarios = []
     with timings.stage("linkage"):
         sample = draw_sample(pairs, n, block_rows, seed)
+        queries = query_sample(n, dld_records, seed)
         for cols in prep.scenarios:
             start = time.perf_counter()
-            finals, partition = record_linkage(pairs, prep.mean, prep.std, cols, sample, block_rows)
-            dld, queries, second = dld_of(finals, n)
+            finals, partition = record_linkage(pairs, prep.mean, prep.std, cols, sample, block_rows, queries)
+            linked = dld_of(finals, n, queries is not None)
             seconds = time.perf_counter() - start
-            log.info("DLD over %d column(s): %.4f %% (%d blocks, %d distinct queries, %d second-round) in %.2f s",
-                     len(cols), dld, partition.n_blocks, queries, second, seconds)
+            log.info("DLD over %d column(s): %.4f %% (%d of %d records searched; %d blocks, %d distinct queries, "
+                     "%d second-round) in %.2f s", len(cols), linked.dld, linked.records, n, partition.n_blocks,
+                     linked.queries, linked.second_round, seconds)
             scenarios.append({
                 "columns": [qi[j] for j in cols],
-                "dld": dld,
+                "dld": linked.dld,
+                "dld_records": linked.records,
+                "dld_interval": linked.interval,
                 "id": float(rates[list(cols)].mean()),
-                "linkage": {"blocks": partition.n_blocks, "distinct_queries": int(queries),
-                            "second_round_queries": int(second), "seconds": round(seconds, 4)},
+                "linkage": {"blocks": partition.n_blocks, "distinct_queries": int(linked.queries),
+                            "second_round_queries": int(linked.second_round), "seconds": round(seconds, 4)},
             })
     dld_all, id_all = scenarios[0]["dld"], scenarios[0]["id"]
     small = None
@@ -818,6 +900,8 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
         "information_loss": loss,
         "disclosure_risk": {
             "dld": dld_all,
+            "dld_records": scenarios[0]["dld_records"],
+            "dld_interval": scenarios[0]["dld_interval"],
             "id": id_all,
             "dr": metrics.disclosure_risk(dld_all, id_all),
             "id_percent": ps[0] if len(ps) == 1 else ps,

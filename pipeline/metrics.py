@@ -465,9 +465,12 @@ def box_lower_bounds(Zm, lo, hi):
                                     np.ascontiguousarray(hi, dtype=np.float64))
 
 
-def dld_from_links(links):
-    """DLD = 100 * (sum over masked records of ``own / count``) / (number of records), in percent."""
-    n = links.count.shape[0]
+def dld_from_links(links, records=None):
+    """DLD = 100 * (sum over masked records of ``own / count``) / (number of records), in percent.
+
+    ``records``: the number of records whose links were searched, when only a sample was (the others
+    have ``own`` False); the DLD is then the sample's mean credit, an estimate."""
+    n = links.count.shape[0] if records is None else records
     if n == 0:
         return 0.0
     credit = np.where(links.own, 1.0 / np.maximum(links.count, 1), 0.0)

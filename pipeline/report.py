@@ -697,7 +697,7 @@ def _measures_section(report, m):
             rows.append((label, _fmt(value)))
     if m["IL1s"] is not None:
         rows.append(("IL1s", _fmt(m["IL1s"])))
-    rows.append(("DLD, all quasi-identifiers known", _pct(m["DLD"])))
+    rows.append(("DLD, all quasi-identifiers known", _pct(m["DLD"]) + _dld_sample(_get(report, "disclosure_risk"))))
     width = _get(report, "disclosure_risk", "id_percent")
     rows.append(("interval disclosure ID" + (f" (p = {_fmt(width)} %)" if width is not None else ""), _pct(m["ID"])))
     if m["DR"] is not None:
@@ -819,6 +819,19 @@ def _il_section(data, figures=None):
     return _section("il", "Information loss per attribute", _img(png, "share of the SSE per attribute"), note)
 
 
+def _dld_sample(risk):
+    """`` (95 % interval ...; m of n records searched)`` when the DLD of ``risk`` (a report's
+    ``disclosure_risk`` or a scenario) is a sample's estimate; ``""`` when it is exact or unknown."""
+    interval = _get(risk, "dld_interval") if isinstance(risk, dict) else None
+    records = _number(_get(risk, "dld_records")) if isinstance(risk, dict) else None
+    if not isinstance(interval, list) or len(interval) != 2 or records is None:
+        return ""
+    lo, hi = (_number(v) for v in interval)
+    if lo is None or hi is None:
+        return ""
+    return f" (95 % interval {lo:.2f}\u2013{hi:.2f} %; a sample of {records:,.0f} records searched)"
+
+
 def _risk_rows(report):
     """``[(known attributes, DLD, ID)]``, all quasi-identifiers first: from an evaluation report's
     ``disclosure_risk.scenarios`` or from ``disclosure_risk.dld`` given per subset."""
@@ -829,14 +842,14 @@ def _risk_rows(report):
             columns = s.get("columns")
             columns = [str(c) for c in columns] if isinstance(columns, list) else []
             rows.append(("all" if i == 0 else ", ".join(columns), len(columns), _number(s.get("dld")),
-                         _number(s.get("id"))))
+                         _number(s.get("id")), _dld_sample(s)))
         return rows
     dld = _get(report, "disclosure_risk", "dld")
     if isinstance(dld, dict) and dld:
         ids = _get(report, "disclosure_risk", "id")
         ids = ids if isinstance(ids, dict) else {}
         return [(str(s), None if s == "all" else len([c for c in str(s).split(",") if c.strip()]), _number(v),
-                 _number(ids.get(s))) for s, v in dld.items()]
+                 _number(ids.get(s)), "") for s, v in dld.items()]
     return []
 
 
@@ -849,8 +862,8 @@ def _risk_section(report, names):
                       key=lambda r: (-(r[2] if r[2] is not None and not math.isnan(r[2]) else -1.0), r[0]))
         shown = first + rest[: _RISK_ROWS]
         table = [("all quasi-identifiers" if known == "all" else known,
-                  _fmt(count if count is not None else (len(names) or None)), _pct(dld), _pct(id_))
-                 for known, count, dld, id_ in shown]
+                  _fmt(count if count is not None else (len(names) or None)), _pct(dld) + sample, _pct(id_))
+                 for known, count, dld, id_, sample in shown]
         parts.append(_table(("attributes known to the intruder", "number", "DLD", "ID"), table, "risk"))
         if len(rest) > _RISK_ROWS:
             parts.append(f'<p class="note">{_e(f"the {_RISK_ROWS} riskiest of {len(rest)} sets are listed")}</p>')

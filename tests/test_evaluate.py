@@ -127,6 +127,42 @@ def test_linkage_links_equal_the_in_memory_links_with_either_exchange(monkeypatc
     assert ev.dld_of(finals, prep.n_rows)[0] == metrics.dld(X, Xm)
 
 
+@pytest.mark.parametrize("make, seed", [(_tie_data, 5), (_continuous_data, 6)])
+def test_a_sampled_dld_is_the_mean_credit_of_its_records_with_an_interval(make, seed):
+    """``dld_records``: only the records of a deterministic sample of the distinct masked tuples are
+    searched, each exactly (its links are those of the in-memory search over every original); the DLD
+    is their mean credit."""
+    X, Xm = make(seed, n=1800)
+    names = [f"c{j}" for j in range(X.shape[1])]
+    original, masked = _frames(pd.DataFrame(X, columns=names), pd.DataFrame(Xm, columns=names), 3, 4)
+    prep = ev.prepare(original, masked, names, piece_rows=250)
+    queries = ev.query_sample(prep.n_rows, 600, seed)
+    searched = microagg.kernels.tuple_sample_mask(np.ascontiguousarray(Xm), *queries)
+    assert 400 < searched.sum() < 800  # about the records asked for, the same however the rows are split
+    _, tuple_of = np.unique(Xm, axis=0, return_inverse=True)
+    tuple_of = tuple_of.ravel()
+    assert (np.bincount(tuple_of, weights=searched) % np.bincount(tuple_of) == 0).all()  # whole tuples
+    finals, _ = ev.record_linkage(prep.pairs, prep.mean, prep.std, list(range(X.shape[1])),
+                                  ev.draw_sample(prep.pairs, prep.n_rows, 100, 0), 100, queries)
+    links = ev.links_in_row_order(finals, prep.n_rows)
+    expected = metrics.record_linkage(X, Xm)
+    for got, want in zip(links, expected):
+        np.testing.assert_array_equal(got[searched], want[searched])
+    linked = ev.dld_of(finals, prep.n_rows, sampled=True)
+    sampled = metrics.Links(None, expected.count, expected.own & searched)
+    assert linked.records == searched.sum() and linked.dld == metrics.dld_from_links(sampled, int(searched.sum()))
+    lo, hi = linked.interval
+    assert lo < linked.dld < hi and hi - lo < 20
+    full = metrics.dld(X, Xm)
+    assert lo - 2 * (hi - lo) < full < hi + 2 * (hi - lo)  # the estimate is near the exact DLD
+    assert ev.query_sample(prep.n_rows, prep.n_rows, seed) is None and ev.query_sample(prep.n_rows, None, 0) is None
+    report = ev.evaluate(original, masked, names, dld_records=600, seed=seed)
+    risk = report["disclosure_risk"]
+    assert (risk["dld"], risk["dld_records"], tuple(risk["dld_interval"])) == (linked.dld, linked.records, (lo, hi))
+    exact = ev.evaluate(original, masked, names)["disclosure_risk"]
+    assert exact["dld"] == full and exact["dld_records"] == prep.n_rows and exact["dld_interval"] is None
+
+
 def test_linkage_blocks_partition_every_record_once():
     X, Xm = _tie_data(5, n=400)
     names = ["a", "b", "c"]
@@ -330,10 +366,36 @@ def test_anonymize_evaluate_puts_the_risk_into_the_report_and_the_page(tmp_path)
                    known=[["AGI", "FICA"]], html=False)
     for key in ("dld", "id"):
         assert evaluation["disclosure_risk"][key] == again["disclosure_risk"][key]
+    # below a million rows every masked record is searched: the DLD is exact
+    assert evaluation["disclosure_risk"]["dld_records"] == 1080 and evaluation["disclosure_risk"]["dld_interval"] is None
     verdict = re.search(r'<p id="verdict"[^>]*>([^<]*)<', (out / "_report.html").read_text()).group(1)
     assert f"DLD {evaluation['disclosure_risk']['dld']:.2f} %" in verdict and "not computed" not in verdict
     assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".parquet")) == [
         "_SUCCESS", "_report.html", "_report.json"]
+
+
+def test_dld_records_searches_a_sample_in_both_commands(tmp_path):
+    """``--dld-records N``: the same deterministic sample of masked records in ``anonymize``'s evaluation
+    and in ``microagg evaluate`` of the committed release (same seed), so the same DLD and interval."""
+    out = tmp_path / "release"
+    proc = microagg_cli("anonymize", CENSUS_CSV, out, "--k", 3, "--dld-records", 400, "--scheduler", "synchronous",
+                        check=True)
+    risk = json.loads((out / "_report.json").read_text())["evaluation"]["disclosure_risk"]
+    lo, hi = risk["dld_interval"]
+    assert 300 < risk["dld_records"] < 500 and lo < risk["dld"] < hi
+    assert f"{risk['dld_records']:,} of 1,080 records searched)" in proc.stdout
+    assert f"a sample of {risk['dld_records']} records searched" in (out / "_report.html").read_text()
+    again = microagg_cli("evaluate", CENSUS_CSV, out, "--qi", ",".join(QI), "--dld-records", "400", "--report",
+                         tmp_path / "again.json", "--scheduler", "synchronous", check=True)
+    other = json.loads((tmp_path / "again.json").read_text())["disclosure_risk"]
+    assert (other["dld"], other["dld_records"], other["dld_interval"]) == (risk["dld"], risk["dld_records"], [lo, hi])
+    assert "records searched" in again.stdout
+    exact = microagg_cli("evaluate", CENSUS_CSV, out, "--qi", ",".join(QI), "--report", tmp_path / "all.json",
+                         "--scheduler", "synchronous", check=True)
+    assert json.loads((tmp_path / "all.json").read_text())["disclosure_risk"]["dld_interval"] is None
+    assert "records searched" not in exact.stdout
+    bad = microagg_cli("anonymize", CENSUS_CSV, tmp_path / "bad", "--k", 3, "--dld-records", "0")
+    assert bad.returncode == 2 and "--dld-records: must be a positive number of records or 'all'" in bad.stderr
 
 
 def test_no_evaluate_and_release_where_release_without_an_evaluation(tmp_path):

@@ -174,6 +174,7 @@ html = true
 [evaluate]
 known = [["AGI", "FICA"], "TAXINC"]
 id_percent = 5
+dld_records = 120
 """)
     code, out, err = _main(capsys, "run", job, "--date", "2026-03-08")
     assert code == 0, err
@@ -185,6 +186,10 @@ id_percent = 5
     assert evaluation["disclosure_risk"]["id_percent"] == 5
     assert evaluation["checks"]["k_anonymity"]["passed"] is True
     assert "evaluation:" in out and "DLD" in out
+    # a sample of the masked records searched for the DLD (about 120 of 300), with its interval
+    risk = evaluation["disclosure_risk"]
+    assert 80 < risk["dld_records"] < 160 and risk["dld_interval"][0] <= risk["dld"] <= risk["dld_interval"][1]
+    assert f"{risk['dld_records']:,} of 300 records searched" in out
     # the page with the release's data plots and the evaluation's measures, in the release (html = true)
     # and beside the JSON report (where the release wrote it first)
     pages = [release / "_report.html", jobs / "reports" / "evaluated-2026-03-08.html"]
@@ -193,6 +198,7 @@ id_percent = 5
     assert page.startswith("<!DOCTYPE html>") and page.count('<img class="plot" src="data:image/png;base64,') == 5
     dld = evaluation["disclosure_risk"]["dld"]
     assert f"k = 4 reached (smallest group 4) \u00b7 IL {report['information_loss']:.2f} % \u00b7 DLD {dld:.2f} %" in page
+    assert f"a sample of {risk['dld_records']} records searched" in page
     assert report["summary"]["quasi_identifiers"] == QI and "summary" in evaluation
 
 
@@ -310,6 +316,8 @@ BAD = [
      "evaluate this release (with --missing centroid"),
     ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nmissing = 'centroid'\n[report]\n"
      "evaluation = 'e.json'\n", "[report] evaluation: the evaluation is off"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[evaluate]\ndld_records = 'some'\n",
+     '[evaluate] dld_records: must be a positive number of records or "all", got "some"'),
     ("k = 5\n", 'top-level key "k": keys belong in a section ([anonymize] k)'),
     ("[input\n", "not valid TOML"),
 ]
