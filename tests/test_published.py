@@ -29,3 +29,10 @@ def test_cli_mdav_matches_published_il(tmp_path, dataset, k):
     assert round(report["information_loss"], 3) == pytest.approx(PUBLISHED_MDAV_IL[dataset, k])
     assert report["k_anonymity_verified"] is True
     assert report["min_group_size"] >= k
+    # the release's evaluation (on by default) reads the written files: the same published IL, and a
+    # linkage risk below 1/k (at most one record of a group of k or more is linked to its own original
+    # unless the group's records are equidistant from its centroid)
+    evaluation = report["evaluation"]
+    assert round(evaluation["information_loss"]["il"], 3) == pytest.approx(PUBLISHED_MDAV_IL[dataset, k])
+    assert 0 < evaluation["disclosure_risk"]["dld"] < 100 / k and evaluation["checks"]["passed"]
+    assert evaluation["anonymity"]["min_class_size"] >= k
