@@ -32,15 +32,12 @@ def sample_mask(row_ids, seed, threshold):
 
 
 @jit
-def tuple_sample_mask(X, seed, threshold):
-    """``True`` for the rows whose hash of (their values, seed) falls below ``threshold`` (uint64): equal
-    rows are all in the sample or all out of it (a sample of distinct tuples), whatever their position.
-
-    The hash chains splitmix64 over the bits of every value in column order; ``-0.0`` hashes as ``0.0``
-    (they compare equal).
-    """
+def row_hashes(X, seed):
+    """A 64-bit hash of every row's values and ``seed``: equal rows hash equally (``-0.0`` as ``0.0``,
+    they compare equal), wherever they are. The hash chains splitmix64 over the bits of every value in
+    column order."""
     n, d = X.shape
-    out = np.empty(n, dtype=np.bool_)
+    out = np.empty(n, dtype=np.uint64)
     s = splitmix64(_U64(seed))
     bits = np.empty(1, dtype=np.float64)
     word = bits.view(np.uint64)
@@ -49,8 +46,28 @@ def tuple_sample_mask(X, seed, threshold):
         for j in range(d):
             bits[0] = X[i, j] + 0.0
             h = splitmix64(h ^ word[0])
-        out[i] = h < threshold
+        out[i] = h
     return out
+
+
+@jit
+def tuple_sample_mask(X, seed, threshold):
+    """``True`` for the rows whose :func:`row_hashes` falls below ``threshold`` (uint64): equal rows
+    are all in the sample or all out of it (a sample of distinct tuples), whatever their position."""
+    return row_hashes(X, seed) < threshold
+
+
+@jit
+def rows_equal_first(X, codes, first):
+    """Whether every row of ``X`` equals, value by value, the first row of its code (``X[first[codes[i]]]``):
+    the check that a grouping by hash put only equal rows together."""
+    n, d = X.shape
+    for i in range(n):
+        f = first[codes[i]]
+        for j in range(d):
+            if X[i, j] != X[f, j]:
+                return False
+    return True
 
 
 @jit

@@ -25,10 +25,12 @@ that a batch's records in transit stay a bounded, spillable amount):
    those ranks (the ranks ``L - h`` of its values form a range as long as the bucket, shifted by
    ``h``: a few buckets) and counts its records' hits.
 
-Quantiles, by selection: per column of each file, value bins cut at :data:`SELECTION_BINS` marks; one
-pass counts each piece's values per bin (a sort of the piece's column and a search of the bin edges),
-the client finds the bin holding each wanted rank, a second pass returns the pieces' values in those
-bins only, and the client picks the order statistics.
+Quantiles of the masked file: the order statistics at the wanted ranks are read from the same
+buckets' summaries (each bucket holds a known range of ranks). Quantiles of the original, by
+selection: per column, value bins cut at :data:`SELECTION_BINS` marks; one pass counts each piece's
+values per bin (a sort of the piece's column and a search of the bin edges), the client finds the bin
+holding each wanted rank, a second pass returns the pieces' values in those bins only, and the client
+picks the order statistics.
 
 Exact: the hits are those of :func:`metrics.interval_hits` over the whole sorted column, so the rates
 are :func:`metrics.interval_disclosure_rates`'s; the quantiles are ``np.quantile``'s linear
@@ -235,15 +237,48 @@ def _hits(n, hs, plan, bucket, *read):
     return hits
 
 
-def interval_hits(pairs, n, hs, marks, bucket_rows=BUCKET_ROWS, batch_values=BATCH_VALUES):
+def _order_statistics(summaries, wanted):
+    """Values of one bucket's summaries at local ranks: ``wanted`` is ``[(column, local ranks)]``."""
+    out = []
+    for j, local in wanted:
+        values, counts = summaries[j]
+        out.append(values[np.searchsorted(np.cumsum(counts), local, side="right")])
+    return out
+
+
+def _statistics_tasks(ranks, summaries, wanted_ranks):
+    """Delayed tasks giving the order statistics ``wanted_ranks`` of each column of a batch (from its
+    buckets' summaries), and how to read them: ``(tasks, where)`` with ``where[j][i] = (task, part,
+    position)`` of rank ``wanted_ranks[i]`` of column ``j``."""
+    requests = {}
+    where = []
+    for j, r in enumerate(ranks):
+        where.append([])
+        for rank in wanted_ranks:
+            b = r.bucket(int(rank))
+            column_requests = requests.setdefault(b, {}).setdefault(j, [])
+            where[j].append((b, j, len(column_requests)))
+            column_requests.append(int(rank - r.start[b]))
+    order = sorted(requests)
+    tasks = [delayed(_order_statistics, pure=True)(summaries[b], [(j, np.array(requests[b][j], dtype=np.int64))
+                                                                  for j in sorted(requests[b])])
+             for b in order]
+    slot = {b: i for i, b in enumerate(order)}
+    parts = {b: {j: i for i, j in enumerate(sorted(requests[b]))} for b in order}
+    return tasks, [[(slot[b], parts[b][j], at) for b, j, at in column] for column in where]
+
+
+def interval_hits(pairs, n, hs, marks, bucket_rows=BUCKET_ROWS, batch_values=BATCH_VALUES, wanted_ranks=()):
     """Per QI and half-width ``h`` of ``hs``, how many records' original value lies in the rank
     interval around their masked value (:func:`metrics.interval_hits` over the whole sorted masked
-    column), in batches of columns."""
+    column), in batches of columns; and the masked columns' order statistics at ``wanted_ranks`` (read
+    from the same buckets' summaries: ``(len(wanted_ranks), d)``)."""
     width = marks[0][0].shape[1]
     m = max(1, -(-n // bucket_rows))
     split = delayed(splitters(marks, m), pure=True)
     n_batches = -(-width // max(1, batch_values // max(n, 1)))
     hits = []
+    statistics = np.empty((len(wanted_ranks), width))
     for batch in np.array_split(np.arange(width), n_batches):
         batch = batch.tolist()
         layer = graph.Layer("microagg-columns")
@@ -260,9 +295,14 @@ def interval_hits(pairs, n, hs, marks, bucket_rows=BUCKET_ROWS, batch_values=BAT
             plan = Plan([(int(r.start[b]), int(r.below_first[b]), int(r.through_last[b])) for r in ranks], reads)
             read = sorted({c for per_column in reads for c, _ in per_column})
             tasks.append(delayed(_hits, pure=True)(n, hs, plan, buckets[b], *[(c, summaries[c]) for c in read]))
-        hits.append(sum(dask.compute(*tasks)))
-        del buckets, summaries, tasks
-    return np.concatenate(hits)
+        selections, where = _statistics_tasks(ranks, summaries, wanted_ranks)
+        found = dask.compute(*tasks, *selections)
+        hits.append(sum(found[:len(tasks)]))
+        found = found[len(tasks):]
+        for j, column in zip(batch, where):
+            statistics[:, j] = [found[task][part][at] for task, part, at in column]
+        del buckets, summaries, tasks, selections
+    return np.concatenate(hits), statistics
 
 
 # --- order statistics by selection: the quantiles ------------------------------------------------------
@@ -332,10 +372,11 @@ def _bin_values(pair, edges, wanted):
     return out
 
 
-def quantiles_of(pairs, n, quantiles, marks, bins=SELECTION_BINS, fan_in=32):
+def quantiles_of(pairs, n, quantiles, marks, bins=SELECTION_BINS, fan_in=32, sides=(0, 1)):
     """``(quantiles of the original (len(quantiles), d), of the masked)``, as ``np.quantile`` of each
-    whole column: each order statistic is selected from the few values of its bin."""
-    edges = [selection_edges(marks, side, bins) for side in (0, 1)]
+    whole column: each order statistic is selected from the few values of its bin. ``sides``: the
+    files to select in (0: masked, 1: original); the other's quantiles are None."""
+    edges = [selection_edges(marks, side, bins) if side in sides else [] for side in (0, 1)]
     counted = [delayed(_bin_counts, pure=True)(p, edges) for p in pairs]
     while len(counted) > 1:  # a tree of sums: the client receives one count per bin
         counted = [delayed(_sum_counts, pure=True)(*counted[i:i + fan_in]) for i in range(0, len(counted), fan_in)]
@@ -347,6 +388,9 @@ def quantiles_of(pairs, n, quantiles, marks, bins=SELECTION_BINS, fan_in=32):
     found = dask.compute(*[delayed(_bin_values, pure=True)(p, edges, wanted) for p in pairs])
     out = []
     for side in (0, 1):
+        if side not in sides:
+            out.append(None)
+            continue
         q = np.empty((len(below), len(edges[side])))
         for j, c in enumerate(cum[side]):
             values, at = np.unique(np.concatenate([f[side][j][0] for f in found]), return_inverse=True)
@@ -374,9 +418,12 @@ def column_measures(pairs, width, n, ps, quantiles, bucket_rows=BUCKET_ROWS, bat
     :func:`metrics.interval_disclosure_rates` and ``np.quantile`` compute them over whole columns."""
     marks = dask.compute(*[delayed(_marks, pure=True)(p) for p in pairs])
     hs = [metrics.rank_half_width(n, q) for q in ps]
-    hits = interval_hits(pairs, n, hs, marks, bucket_rows, batch_values)
+    below, above, weight = quantile_ranks(n, quantiles)
+    hits, masked_statistics = interval_hits(pairs, n, hs, marks, bucket_rows, batch_values,
+                                            np.concatenate([below, above]))
     rates = np.zeros(width)
     for i in range(len(hs)):
         rates += hits[:, i] / n
-    q_original, q_masked = quantiles_of(pairs, n, quantiles, marks)
+    q_masked = lerp(masked_statistics[:len(below)], masked_statistics[len(below):], weight[:, None]) + 0.0
+    q_original, _ = quantiles_of(pairs, n, quantiles, marks, sides=(1,))
     return 100.0 * rates / len(ps), q_original, q_masked

@@ -381,8 +381,10 @@ def _tuple_buckets(pair, n_buckets):
     codes, first = metrics._row_codes(A)
     counts = np.bincount(codes, minlength=len(first)).astype(np.int64)
     tuples = np.ascontiguousarray(A[first])
-    bucket = (pd.util.hash_pandas_object(pd.DataFrame(tuples), index=False).to_numpy() % np.uint64(n_buckets))
-    return [(tuples[bucket == b], counts[bucket == b]) for b in range(n_buckets)]
+    bucket = (kernels.row_hashes(tuples, 1) % np.uint64(n_buckets)).astype(np.int64)
+    bounds, order = groups.group_members(bucket, n_buckets)
+    tuples, counts = tuples[order], counts[order]
+    return [(tuples[s:e], counts[s:e]) for s, e in zip(bounds[:-1], bounds[1:])]
 
 
 def _class_sizes(width, *parts):

@@ -465,3 +465,25 @@ def test_bad_input_is_refused():
         metrics.interval_disclosure(X, X, p=0)
     with pytest.raises(TypeError, match="numeric"):
         metrics.sse_il(np.array([["a"]]), np.array([["b"]]))
+
+
+@settings(deadline=None, max_examples=30)
+@given(hnp.arrays(np.float64, st.tuples(st.integers(0, 60), st.integers(1, 4)),
+                  elements=st.sampled_from([0.0, -0.0, 1.5, -2.0, 3.0])))
+def test_row_codes_group_equal_rows_by_value_even_when_hashes_collide(A):
+    """``metrics._row_codes``: rows grouped by value (``-0.0`` as ``0.0``), numbered in order of first
+    appearance; the grouping by hash is checked row by row, so a collision (forced here: every hash
+    equal) falls back to grouping by bytes with the same result."""
+    expected = {}
+    want = np.array([expected.setdefault(tuple(r + 0.0), len(expected)) for r in A], dtype=np.int64)
+    codes, first = metrics._row_codes(A)
+    np.testing.assert_array_equal(codes, want)
+    np.testing.assert_array_equal(codes[first], np.arange(len(first)))
+    real = microagg.kernels.row_hashes
+    try:
+        microagg.kernels.row_hashes = lambda X, seed: np.zeros(X.shape[0], dtype=np.uint64)
+        collided, first_collided = metrics._row_codes(A)
+    finally:
+        microagg.kernels.row_hashes = real
+    np.testing.assert_array_equal(collided, want)
+    np.testing.assert_array_equal(first_collided, first)
