@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 import dask
 import numpy as np
+import pandas as pd
 from dask import delayed
 
 from ..kernels import groups
@@ -151,14 +152,28 @@ def _route(pair, split, batch, n_buckets):
     return [tuple(f[i][b] for f in (masked, beside) for i in range(len(batch))) for b in range(n_buckets)]
 
 
+def distinct_sorted(values):
+    """``np.unique(values, return_inverse=True, return_counts=True)`` of a float column without ``-0.0``
+    or NaN, by hashing first: the distinct values (ascending), each value's index among them, their
+    counts. Twice as fast as ``np.unique``'s sort of every value when values repeat (a released column
+    repeats each value k times or more), 1.6 times slower when all are distinct (measured, 250,000
+    values)."""
+    codes, distinct = pd.factorize(values, sort=False)
+    order = np.argsort(distinct, kind="stable")
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[order] = np.arange(len(distinct))
+    at = rank[codes]
+    return distinct[order], at, np.bincount(at, minlength=len(distinct)).astype(np.int64)
+
+
 def _bucket(width, *pieces):
     """A :class:`Bucket` of ``width`` columns from its pieces (in producer order)."""
     fields = graph.concatenate_fields(pieces)
     masked, position = [], []
     for j in range(width):
-        values, at, counts = np.unique(fields[j], return_inverse=True, return_counts=True)
+        values, at, counts = distinct_sorted(fields[j])
         masked.append((values, counts))
-        position.append(at.astype(np.int64))
+        position.append(at)
     return Bucket(masked, position, list(fields[width:]))
 
 

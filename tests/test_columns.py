@@ -6,6 +6,9 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from microagg.pipeline import columns, graph, metrics
 from microagg.pipeline import evaluate as ev
@@ -102,3 +105,14 @@ def test_quantiles_are_selected_from_their_bins_exactly(bins):
     q_original, q_masked = columns.quantiles_of(pairs, len(X), metrics.QUANTILES, marks, bins=bins, fan_in=3)
     np.testing.assert_array_equal(q_original, np.quantile(X, metrics.QUANTILES, axis=0))
     np.testing.assert_array_equal(q_masked, np.quantile(Xm, metrics.QUANTILES, axis=0))
+
+
+@settings(deadline=None, max_examples=50)
+@given(hnp.arrays(np.float64, st.integers(0, 300), elements=st.sampled_from([0.0, 1.5, -2.25, 3.0, 1e300, -7.0]))
+       | hnp.arrays(np.float64, st.integers(0, 300), elements=st.floats(-1e6, 1e6).map(lambda x: x + 0.0)))
+def test_distinct_sorted_is_numpys_unique(values):
+    """The buckets' summaries: ``np.unique`` with inverse and counts, repeated values or all distinct."""
+    got = columns.distinct_sorted(values)
+    for mine, numpy in zip(got, np.unique(values, return_inverse=True, return_counts=True)):
+        np.testing.assert_array_equal(mine, numpy.reshape(-1))
+        assert mine.dtype == np.int64 or mine.dtype == np.float64
