@@ -38,6 +38,8 @@ bench: $(DEVSTAMP)
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 1000000 --runs 3
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000 --runs 3
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000 --one-file --processes --memory-limit 1.5GiB
+	$(BIN)/python tests/benchmarks/bench_pipeline.py evaluate --rows 1000000
+	$(BIN)/python tests/benchmarks/bench_pipeline.py evaluate --rows 10000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py methods --rows 1000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py modes --rows 1000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py modes --rows 10000000

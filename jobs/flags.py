@@ -24,8 +24,9 @@ def add_cluster_arguments(parser, scheduler_note=""):
 RELEASE_DLD_RECORDS = 1_000_000
 """Masked records whose links the evaluation of a release searches by default (``anonymize`` and job
 files; ``microagg evaluate`` searches all): every record up to a million rows, beyond that a
-deterministic sample of a million, whose DLD's 95 % interval is about +-0.08 points at 10M rows. The
-linkage is most of the evaluation's time (10M rows: 67 of 119 s searching all)."""
+deterministic sample of the tuples of about a million records, whose DLD's 95 % interval is about
++-0.02 points at 10M rows. Searching every record, the linkage was most of the evaluation's time (10M
+rows: 67 of 119 s; 23 s with the sample: BENCHMARKS.md)."""
 
 
 def dld_records(value):

@@ -7,6 +7,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py modes --rows 1000000 [--modes plain,noise,where]
     .venv/bin/python tests/benchmarks/bench_pipeline.py blocking --rows 4000000 [--layouts 5000/16/8,2500/32/6]
     .venv/bin/python tests/benchmarks/bench_pipeline.py stream --rows 10000000 [--no-html]
+    .venv/bin/python tests/benchmarks/bench_pipeline.py evaluate --rows 10000000 [--dld-records 1000000]
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -31,6 +32,10 @@ aggregates, strata, attribute blocks) end to end.
 
 ``methods``: the CLI end to end with each block method on the same extract (issue 4): IL, seconds
 and the ratio to the first method's seconds.
+
+``evaluate``: the evaluation's cost, in one run: ``microagg anonymize`` without and with its default
+evaluation, then ``microagg evaluate`` of the release with the release's linkage sample and with every
+record: seconds, peak RSS, stage seconds, DLD (and its interval for a sample).
 
 ``blocking``: the blocked solve in this process (one thread, no Dask) for several block layouts
 (``--layouts 5000/16/8,2500/32/6``: block size / blocks per task / neighbour groups of the stitching
@@ -603,6 +608,71 @@ def _profile_blocking(Z, k, solver, stitch):
           f"{rows['upper planes']:,} on upper planes ({len(Z):,} rows)")
 
 
+def _timed(cmd):
+    """``cmd`` in a subprocess: ``(seconds, peak RSS in GiB of its largest process)``; exits on failure."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    sampler = _PeakSampler(proc.pid, False)
+    try:
+        _, stderr = proc.communicate()
+    finally:
+        sampler.stop()
+    seconds = time.perf_counter() - t
+    if proc.returncode:
+        print(stderr)
+        raise SystemExit(proc.returncode)
+    return seconds, max(sampler.peaks.values() or [0]) / 2**30
+
+
+def evaluation(args):
+    """The evaluation's cost against the anonymization's, in one run: ``microagg anonymize`` with
+    ``--no-evaluate`` and with its default evaluation (the linkage of a sample of about
+    ``--dld-records`` masked records), then ``microagg evaluate`` of that release with the same sample
+    and with every record (the exact DLD)."""
+    from microagg.jobs.cluster import local_shape
+    from microagg.jobs.flags import RELEASE_DLD_RECORDS
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    source = make_extract(args.rows, root)
+    workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
+    release = root / "release-evaluated"
+    shutil.rmtree(release, ignore_errors=True)
+    anonymize = [str(BIN / "microagg"), "anonymize", str(source), str(release), "--k", str(args.k), "--identifiers",
+                 "person_id", "--qi", ",".join(QI), "--workers", str(workers), "--threads-per-worker", str(threads),
+                 "--processes" if args.processes else "--no-processes", "--memory-limit", args.memory_limit]
+    records = str(args.dld_records or RELEASE_DLD_RECORDS)
+    print(f"{args.rows:,} rows x 13 QIs, k={args.k}; {workers} worker(s) x {threads} thread(s)\n")
+    print("| command | seconds | peak RSS GiB | stages s | DLD % |")
+    print("| --- | ---: | ---: | --- | --- |")
+
+    def line(label, seconds, peak, timings, risk=None):
+        stages = " / ".join(f"{n} {v:.1f}" for n, v in timings.items() if v >= 0.05)
+        dld = ""
+        if risk:
+            dld = f"{risk['dld']:.3f}"
+            if risk.get("dld_interval"):
+                dld += f" ({risk['dld_interval'][0]:.3f}-{risk['dld_interval'][1]:.3f}, {risk['dld_records']:,} records)"
+        print(f"| {label} | {seconds:.2f} | {peak:.2f} | {stages} | {dld} |", flush=True)
+
+    seconds, peak = _timed(anonymize + ["--no-evaluate"])
+    line("anonymize --no-evaluate", seconds, peak, json.loads((release / "_report.json").read_text())["timings"])
+    base = seconds
+    shutil.rmtree(release)
+    seconds, peak = _timed(anonymize + ["--dld-records", records])
+    report = json.loads((release / "_report.json").read_text())
+    line(f"anonymize (evaluated, --dld-records {records})", seconds, peak, report["timings"],
+         report["evaluation"]["disclosure_risk"])
+    print(f"\nthe evaluation costs {seconds / base - 1:+.0%} of the anonymization's run "
+          f"(evaluate stage {report['timings']['evaluate']:.1f} s)\n")
+    for label, extra in ((f"evaluate --dld-records {records}", ["--dld-records", records]), ("evaluate (all)", [])):
+        path = root / "evaluation.json"
+        seconds, peak = _timed([str(BIN / "microagg"), "evaluate", str(source), str(release), "--qi", ",".join(QI),
+                                "--k", str(args.k), "--report", str(path), "--no-html", *extra])
+        found = json.loads(path.read_text())
+        line(label, seconds, peak, found["timings"], found["disclosure_risk"])
+    shutil.rmtree(release, ignore_errors=True)
+
+
 def stream(args):
     """``release.run`` in this process on a LocalCluster of the CLI's default shape, Dask's task stream
     recorded: seconds per stage and compute seconds per kind of task (no process or cluster start: for
@@ -643,7 +713,10 @@ def stream(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream"))
+    parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
+                                         "evaluate"))
+    parser.add_argument("--dld-records", type=int, default=None,
+                        help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
                         help="stream mode: write the HTML page too")
     parser.add_argument("--evaluate", action="store_true",
@@ -679,7 +752,7 @@ def main():
     if len(args.sizes) > 1 and args.mode != "sweep":
         parser.error("several --rows are for the sweep mode only")
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
-     "blocking": blocking, "stream": stream}[args.mode](args)
+     "blocking": blocking, "stream": stream, "evaluate": evaluation}[args.mode](args)
 
 
 if __name__ == "__main__":
