@@ -490,18 +490,20 @@ class _Block(NamedTuple):
 
 class _Home(NamedTuple):
     """The masked records routed to a block: their row ids, distinct tuple of each, distance to their
-    own original; the distinct tuples (queries) and their round-1 links against the block."""
+    own original, sampling unit of each (:func:`query_sample`; zeros when every record is searched);
+    the distinct tuples (queries) and their round-1 links against the block."""
 
     row_id: np.ndarray
     codes: np.ndarray
     own_distance: np.ndarray
+    unit: np.ndarray
     queries: np.ndarray
     links: metrics.Links
 
 
 class Linked(NamedTuple):
     """Final links of the masked records routed to one block (``row_id`` their global positions,
-    ``codes`` the distinct tuple of each)."""
+    ``unit`` the sampling unit of each: the hash of its whole masked tuple)."""
 
     row_id: np.ndarray
     distance: np.ndarray
@@ -509,7 +511,7 @@ class Linked(NamedTuple):
     own: np.ndarray
     queries: int
     second_round: int
-    codes: np.ndarray
+    unit: np.ndarray
 
 
 def _by_block(n_blocks, block, *arrays):
@@ -526,14 +528,17 @@ def _route_links(pair, job):
     Z = np.ascontiguousarray(kernels.standardize(pair.X, job.mean, job.std)[:, cols])
     row_id = np.arange(pair.start, pair.start + Z.shape[0], dtype=np.int64)
     Xm, masked_id = pair.Xm, row_id
-    if job.queries is not None:  # the masked records of the sampled tuples only
-        searched = kernels.tuple_sample_mask(pair.Xm, *job.queries)
-        Xm, masked_id = Xm[searched], row_id[searched]
+    unit = np.zeros(len(row_id), dtype=np.uint64)
+    if job.queries is not None:  # the masked records of the sampled tuples only (kernels.tuple_sample_mask)
+        seed, threshold = job.queries
+        unit = kernels.row_hashes(pair.Xm, seed)
+        searched = unit < threshold
+        Xm, masked_id, unit = Xm[searched], row_id[searched], unit[searched]
     Zm = np.ascontiguousarray(kernels.standardize(Xm, job.mean, job.std)[:, cols])
     own = linkage.paired_distances(np.ascontiguousarray(Z[masked_id - pair.start]), Zm)
     nb = job.partition.n_blocks
     return (_by_block(nb, job.partition.route(Z), row_id, Z),
-            _by_block(nb, job.partition.route(Zm), masked_id, Zm, own))
+            _by_block(nb, job.partition.route(Zm), masked_id, Zm, own, unit))
 
 
 def _block_tree(width, *pieces):
@@ -561,6 +566,7 @@ def _home(width, block, *pieces):
     row_id = np.concatenate([np.empty(0, np.int64)] + [p[0] for p in pieces])
     Zm = np.concatenate([np.empty((0, width))] + [p[1] for p in pieces])
     own = np.concatenate([np.empty(0)] + [p[2] for p in pieces])
+    unit = np.concatenate([np.empty(0, np.uint64)] + [p[3] for p in pieces])
     codes, first = metrics._row_codes(Zm)
     at = np.minimum(np.searchsorted(block.row_id, row_id), max(len(block.row_id) - 1, 0))
     here = block.row_id[at] == row_id if len(block.row_id) else np.zeros(len(row_id), dtype=bool)
@@ -574,7 +580,7 @@ def _home(width, block, *pieces):
     np.minimum.at(seed, codes, own)
     queries = np.ascontiguousarray(Zm[first[order]])
     links = metrics.query_links(block.tree, queries, np.full(len(first), -1, dtype=np.int64), seed)
-    return _Home(row_id, codes, own, queries, links)
+    return _Home(row_id, codes, own, unit, queries, links)
 
 
 def _send(home, b_self, lo, hi):
@@ -629,19 +635,20 @@ def _finish(home, *replies):
         visits += len(idx)
     best = distance[home.codes]
     return Linked(home.row_id, best, count[home.codes], home.own_distance == best, len(home.queries), visits,
-                  home.codes)
+                  home.unit)
 
 
 def _credits(linked, sampled):
     """What the report needs of a block's links: the own-linked records and their tie counts, the
     block's distinct queries, second-round searches and masked records searched, and for a sample
-    the credit ``c_t`` and records ``m_t`` of each of its distinct tuples (a sample's interval; a
-    tuple's records all come to its block)."""
+    the credit ``c_t`` and records ``m_t`` of each of its sampling units (whole masked tuples: the
+    records of one all come to the same block, whatever the known attributes)."""
     own = linked.own
     tuples = None
     if sampled:
-        tuples = (np.bincount(linked.codes, weights=np.where(own, 1.0 / np.maximum(linked.count, 1), 0.0)),
-                  np.bincount(linked.codes).astype(np.float64))
+        unit = pd.factorize(linked.unit)[0]
+        tuples = (np.bincount(unit, weights=np.where(own, 1.0 / np.maximum(linked.count, 1), 0.0)),
+                  np.bincount(unit).astype(np.float64))
     return linked.row_id[own], linked.count[own], linked.queries, linked.second_round, len(linked.row_id), tuples
 
 
@@ -749,9 +756,10 @@ def dld_of(finals, n_rows, sampled=False):
     summed over all records in row order exactly as :func:`metrics.dld_from_links` sums them (a record
     not searched credits nothing) and divided by the records searched.
 
-    For a sample (:func:`query_sample`: tuples drawn independently with probability ``f``), the DLD is
-    the ratio ``R = sum c_t / sum m_t`` over the sampled tuples, and its interval the normal one of the
-    linearized ratio under Poisson sampling: ``Var(R) = (1 - f) sum (c_t - R m_t)^2 / (sum m_t)^2``
+    For a sample (:func:`query_sample`: whole masked tuples, the sampling units, drawn independently
+    with probability ``f``), the DLD is the ratio ``R = sum c_t / sum m_t`` over the sampled units
+    (credits ``c_t``, records ``m_t``), and its interval the normal one of the linearized ratio under
+    Poisson sampling: ``Var(R) = (1 - f) sum (c_t - R m_t)^2 / (sum m_t)^2``
     (Sarndal, Swensson and Wretman, 1992, Model Assisted Survey Sampling, section 5.6), its sums
     correctly rounded (``math.fsum``), so that it does not depend on how the tuples fell into blocks.
     ``sampled``: whether :func:`record_linkage` searched a sample (the tuples' credits are then

@@ -156,9 +156,14 @@ def test_a_sampled_dld_is_the_mean_credit_of_its_records_with_an_interval(make, 
     full = metrics.dld(X, Xm)
     assert lo - 2 * (hi - lo) < full < hi + 2 * (hi - lo)  # the estimate is near the exact DLD
     assert ev.query_sample(prep.n_rows, prep.n_rows, seed) is None and ev.query_sample(prep.n_rows, None, 0) is None
-    report = ev.evaluate(original, masked, names, dld_records=600, seed=seed)
+    report = ev.evaluate(original, masked, names, known=[names[:2]], dld_records=600, seed=seed)
     risk = report["disclosure_risk"]
     assert (risk["dld"], risk["dld_records"], tuple(risk["dld_interval"])) == (linked.dld, linked.records, (lo, hi))
+    known = risk["scenarios"][1]  # an intruder knowing two attributes: the same records searched
+    assert known["dld_records"] == linked.records and known["dld_interval"][0] <= known["dld"] <= known["dld_interval"][1]
+    subset = metrics.record_linkage(X, Xm, columns=[0, 1])
+    assert known["dld"] == metrics.dld_from_links(metrics.Links(None, subset.count, subset.own & searched),
+                                                  int(searched.sum()))
     exact = ev.evaluate(original, masked, names)["disclosure_risk"]
     assert exact["dld"] == full and exact["dld_records"] == prep.n_rows and exact["dld_interval"] is None
 
