@@ -30,7 +30,7 @@ Sections and keys (``*``: required)::
     noise            "none" | "laplace"; epsilon (> 0, with laplace)
     release_where    condition on the released QI values, e.g. "AGE >= 40"
     refine           a refinement of `microagg methods` (default "none")
-    stitch           "light" | "deep"; order "kd" | "pca" | "zscore"
+    stitch           "light" | "fast" | "deep"; order "kd" | "pca" | "zscore"
     block_size, blocks_per_task, one_block_rows, sample_rows, seed   integers
     hash_identifiers true: identifiers replaced by their HMAC-SHA256 under $MICROAGG_HMAC_KEY
     grow "nn"|"nc", gamma, eps, mhm_order "mdav"|"npn"|"md"|"cbfs", univariate_grouping

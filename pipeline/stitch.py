@@ -39,6 +39,7 @@ class Stitching:
     repartition : also re-partition each window from scratch by the block solver (keep the better)
     window_rows : largest window re-solved at once
     upper_band : the band of the split planes between tasks (their groups travel to another task)
+    neighbors : candidate groups per group in the local search
     """
 
     band: float = 0.5
@@ -46,11 +47,15 @@ class Stitching:
     repartition: bool = False
     window_rows: int = 2000
     upper_band: float = 0.25
+    neighbors: int = NEIGHBORS
 
 
 STITCHING = {
     # a light pass across every split plane (measured choice, BENCHMARKS.md)
     "light": Stitching(),
+    # narrower bands, fewer candidate groups: about a third less CPU in the block tasks for about 4.5 %
+    # more information loss at 1M-10M rows (still below global MDAV's at 100k; BENCHMARKS.md)
+    "fast": Stitching(band=0.25, upper_band=0.15, neighbors=4),
     # wider bands, local search to convergence, windows also re-partitioned from scratch
     "deep": Stitching(band=1.0, window_sweeps=4, repartition=True, window_rows=4000, upper_band=0.5),
 }
@@ -90,12 +95,12 @@ def improve_window(Z, labels, k, solver, settings):
     g = int(labels.max()) + 1
     before = kernels.sse(Z, labels, g)
     kept = labels.copy()
-    refine(Z, kept, k, 2 * k - 1, NEIGHBORS, settings.window_sweeps)
+    refine(Z, kept, k, 2 * k - 1, settings.neighbors, settings.window_sweeps)
     kept_sse = kernels.sse(Z, kept, int(kept.max()) + 1)
     best, best_sse = kept, kept_sse
     if settings.repartition:
         fresh = solve_block(Z, k, solver)
-        refine(Z, fresh, k, 2 * k - 1, NEIGHBORS, settings.window_sweeps)
+        refine(Z, fresh, k, 2 * k - 1, settings.neighbors, settings.window_sweeps)
         fresh_sse = kernels.sse(Z, fresh, int(fresh.max()) + 1)
         if fresh_sse < kept_sse:
             best, best_sse = fresh, fresh_sse
@@ -114,8 +119,8 @@ def improve_groups(Z, local, n_groups, candidates, k, solver, settings, shape=No
     centroids, _, sizes = shape or groups.group_shape(Z, local, n_groups)
     candidates = np.ascontiguousarray(candidates, dtype=np.int64)
     if not settings.repartition:  # local search only: the whole loop in one kernel
-        return windows.improve_windows(Z, local, n_groups, candidates, centroids, sizes, k, 2 * k - 1, NEIGHBORS,
-                                       settings.window_sweeps, settings.window_rows)
+        return windows.improve_windows(Z, local, n_groups, candidates, centroids, sizes, k, 2 * k - 1,
+                                       settings.neighbors, settings.window_sweeps, settings.window_rows)
     start, rows = groups.group_members(local, n_groups)
     order, bounds = windows.split_windows(centroids, candidates, sizes, settings.window_rows)
     local = local.copy()

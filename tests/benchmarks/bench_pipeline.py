@@ -207,7 +207,8 @@ def _anonymize(args, source, release, workers, threads, *extra):
     cmd = [str(BIN / "microagg"), "anonymize", str(source), str(release), "--k", str(args.k),
            "--identifiers", "person_id", "--qi", ",".join(QI), "--workers", str(workers),
            "--threads-per-worker", str(threads), "--processes" if args.processes else "--no-processes",
-           "--memory-limit", args.memory_limit, "--refine", args.refine, *_evaluation(args), *extra]
+           "--memory-limit", args.memory_limit, "--refine", args.refine, "--stitch", args.stitch, *_evaluation(args),
+           *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     total = time.perf_counter() - t
     if proc.returncode:
@@ -405,7 +406,7 @@ def _attempt(args, source, release, workers, threads):
     cmd = [str(BIN / "microagg"), "anonymize", str(source), str(release), "--k", str(args.k),
            "--identifiers", "person_id", "--qi", ",".join(QI), "--workers", str(workers),
            "--threads-per-worker", str(threads), "--processes" if args.processes else "--no-processes",
-           "--memory-limit", args.memory_limit, "--refine", args.refine, *_evaluation(args)]
+           "--memory-limit", args.memory_limit, "--refine", args.refine, "--stitch", args.stitch, *_evaluation(args)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     sampler = _PeakSampler(proc.pid, args.processes)
     try:
@@ -532,24 +533,20 @@ def blocking(args):
     print(f"{len(Z):,} rows x 13 QIs, k={args.k}, mdav, --stitch light, one thread\n")
     print("| block size | blocks per task | neighbour groups | band / upper band | blocks | CPU s | IL % |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    default = stitch.NEIGHBORS
     light = stitch.STITCHING["light"]
-    try:
-        for layout in args.layouts.split(","):
-            size, per_task, neighbours, *bands = layout.split("/")
-            size, per_task, neighbours = int(size), int(per_task), int(neighbours)
-            band, upper = (float(bands[0]), float(bands[1])) if bands else (light.band, light.upper_band)
-            settings = dataclasses.replace(light, band=band, upper_band=upper)  # band 0: no stitching
-            stitch.NEIGHBORS = neighbours
-            plan = blocked.Blocking(block_size=size, blocks_per_task=per_task)
-            t = time.process_time()
-            labels, info = blocked.blocked_partition(Z, args.k, solver, settings, plan, threads=1)
-            cpu = time.process_time() - t
-            il = 100 * kernels.sse(Z, labels, int(labels.max()) + 1) / Z.size
-            print(f"| {size:,} | {per_task} | {neighbours} | {band:g} / {upper:g} | {info['blocks']:,} | {cpu:.2f} "
-                  f"| {il:.4f} |", flush=True)
-    finally:
-        stitch.NEIGHBORS = default
+    for layout in args.layouts.split(","):
+        size, per_task, neighbours, *bands = layout.split("/")
+        size, per_task, neighbours = int(size), int(per_task), int(neighbours)
+        band, upper = (float(bands[0]), float(bands[1])) if bands else (light.band, light.upper_band)
+        # band 0: no stitching
+        settings = dataclasses.replace(light, band=band, upper_band=upper, neighbors=neighbours)
+        plan = blocked.Blocking(block_size=size, blocks_per_task=per_task)
+        t = time.process_time()
+        labels, info = blocked.blocked_partition(Z, args.k, solver, settings, plan, threads=1)
+        cpu = time.process_time() - t
+        il = 100 * kernels.sse(Z, labels, int(labels.max()) + 1) / Z.size
+        print(f"| {size:,} | {per_task} | {neighbours} | {band:g} / {upper:g} | {info['blocks']:,} | {cpu:.2f} "
+              f"| {il:.4f} |", flush=True)
     if args.profile:
         _profile_blocking(Z, args.k, solver, stitch)
 
@@ -743,6 +740,7 @@ def main():
     parser.add_argument("--one-file", action="store_true",
                         help="scale: the extract as one Parquet file of 1M-row row groups")
     parser.add_argument("--refine", default="none")
+    parser.add_argument("--stitch", default="light", help="scale / sweep / methods / modes: the CLI's --stitch")
     parser.add_argument("--timeout", type=float, default=3600,
                         help="sweep: seconds after which a floor run or a job counts as failed (killed)")
     parser.add_argument("--data", default=os.environ.get("MICROAGG_BENCH_DATA"),
