@@ -34,6 +34,9 @@ def add_parser(sub):
                    help="check that every released QI tuple occurs at least k times (rows in smaller classes "
                         "are counted)")
     add_risk_arguments(p)
+    p.add_argument("--changed", default="", metavar="COL,COL,...",
+                   help="non-QI columns the masked file changes on purpose (hashed identifiers, say): not compared "
+                        "with the original's (listed in the report's checks as not_compared)")
     p.add_argument("--report", default=DEFAULT_REPORT, metavar="PATH",
                    help=f"where to write the JSON report (default ./{DEFAULT_REPORT}); written atomically")
     p.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -53,7 +56,8 @@ def run(args):
     from ..pipeline import evaluate, metrics
     from .cluster import dask_client
 
-    options = {"seed": args.seed, "dld_records": args.dld_records}
+    options = {"seed": args.seed, "dld_records": args.dld_records,
+               "changed": [c.strip() for c in args.changed.split(",") if c.strip()]}
     if args.block_rows is not None:
         options["block_rows"] = args.block_rows
     id_percent = metrics.ID_PERCENT if args.id_percent is None else args.id_percent

@@ -184,7 +184,8 @@ def _evaluate(job, report):
     k = report["k"] if report.get("k_anonymity_scope") == "all quasi-identifiers" else None
     known = [list(s) for s in ev["known"]]
     return evaluate.run(job.input, job.output, list(report["quasi_identifiers"]), job.evaluation, k=k, known=known,
-                        seed=job.options.seed, html=False, **options)  # the job's page shows both reports
+                        seed=job.options.seed, html=False, changed=report.get("identifiers_hashed") or (),
+                        **options)  # the job's page shows both reports
 
 
 def _html(job, report, evaluation):

@@ -59,7 +59,8 @@ other than the tuple's own: one per tuple and block asked), ``seconds``); ID is 
 
 ``checks``: ``rows`` (``original``, ``masked``, ``match``), ``k_anonymity`` (``k``,
 ``rows_in_small_classes``, ``passed``; ``None`` without ``k``), ``unchanged_columns`` (non-QI column in
-both files -> number of rows whose value differs; missing equals missing), ``columns_only_in_original``,
+both files -> number of rows whose value differs; missing equals missing), ``not_compared`` (the
+``changed`` columns in both files), ``columns_only_in_original``,
 ``columns_only_in_masked``, ``passed`` (k-anonymity, if asked, and every shared column unchanged);
 
 ``pieces`` (aligned pieces), ``timings`` (seconds per stage), ``version``; :func:`run` adds
@@ -146,10 +147,11 @@ def _refuse_non_numeric(frame, column, which):
                       f"{frame[column].dtype}): {detail}")
 
 
-def plan(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT):
+def plan(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT, changed=()):
     """Validate from the schemas alone. Returns ``(qi, scenarios, shared)``: the QI names, the known
     sets as tuples of QI positions (all QIs first, then each distinct ``known`` subset in QI order)
-    and the non-QI columns present in both files."""
+    and the non-QI columns present in both files that are compared (all but ``changed``: columns the
+    release changes on purpose, such as hashed identifiers)."""
     qi = _names(qi or [], "--qi")
     if not qi:
         raise InputError("name the quasi-identifier columns to compare (--qi A,B,C)")
@@ -180,7 +182,8 @@ def plan(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT):
         cols = tuple(sorted(qi.index(c) for c in names))
         if cols not in scenarios:
             scenarios.append(cols)
-    shared = [c for c in original.columns if c in set(masked.columns) and c not in qi]
+    changed = set(_names(changed, "changed columns")) if changed else set()
+    shared = [c for c in original.columns if c in set(masked.columns) and c not in qi and c not in changed]
     return qi, scenarios, shared
 
 
@@ -814,11 +817,11 @@ class Prepared(NamedTuple):
 
 
 def prepare(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT, piece_rows=PIECE_ROWS,
-            timings=None):
+            timings=None, changed=()):
     """Stages 1-3: plan, statistics, aligned pieces (persisted)."""
     timings = timings or Timings()
     with timings.stage("validate"):
-        qi, scenarios, shared = plan(original, masked, qi, k, known, id_percent)
+        qi, scenarios, shared = plan(original, masked, qi, k, known, id_percent, changed)
     with timings.stage("statistics"):
         # both files read once and kept until aligned: every pass sees the same partitions
         original_parts = list(persisted(*original[qi + shared].to_delayed()))
@@ -831,7 +834,7 @@ def prepare(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCEN
 
 
 def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT, *, quantiles=metrics.QUANTILES,
-             block_rows=BLOCK_ROWS, piece_rows=PIECE_ROWS, seed=0, dld_records=None, timings=None):
+             block_rows=BLOCK_ROWS, piece_rows=PIECE_ROWS, seed=0, dld_records=None, changed=(), timings=None):
     """Utility and disclosure risk of ``masked`` as a release of ``original`` (Dask DataFrames, rows
     corresponding by position), on the active Dask client or scheduler. Returns the report (see the
     module docstring).
@@ -852,6 +855,8 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
     dld_records : None: the links of every masked record are searched (the exact DLD); a number: of
         about that many, a deterministic sample (:func:`query_sample`), each record's links exact and
         the DLD their mean credit, reported with its 95 % interval
+    changed : non-QI columns the release changes on purpose (hashed identifiers): not compared, listed
+        under ``checks.not_compared``
     timings : a :class:`pipeline.release.Timings` to add the stage times to
     """
     from .. import __version__
@@ -863,7 +868,7 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
         raise InputError(f"block and piece rows must be >= 1, got {block_rows} and {piece_rows}")
     if dld_records is not None and dld_records < 1:
         raise InputError(f"the records searched for the DLD must be >= 1 (or all), got {dld_records}")
-    prep = prepare(original, masked, qi, k, known, id_percent, piece_rows, timings)
+    prep = prepare(original, masked, qi, k, known, id_percent, piece_rows, timings, changed)
     qi, pairs, n, d = prep.qi, prep.pairs, prep.n_rows, len(prep.qi)
     ps = [float(p) for p in np.atleast_1d(np.asarray(id_percent, dtype=np.float64))]
     with timings.stage("columns"):
@@ -926,6 +931,8 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
             "rows": {"original": n, "masked": n, "match": True},
             "k_anonymity": small,
             "unchanged_columns": unchanged,
+            "not_compared": [c for c in original.columns if c in set(masked.columns) and c not in qi
+                             and c not in prep.shared],
             "columns_only_in_original": [c for c in original.columns if c not in set(masked.columns)],
             "columns_only_in_masked": [c for c in masked.columns if c not in set(original.columns)],
             "passed": (small is None or small["passed"]) and not any(unchanged.values()),

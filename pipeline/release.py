@@ -1397,8 +1397,9 @@ def _evaluate_written(input_path, written, report, evaluation, seed, timings):
         # k-anonymity of whole released tuples is the release's guarantee only without attribute blocks
         k = report["k"] if report.get("k_anonymity_scope") == "all quasi-identifiers" else None
         options = dict(evaluation)
+        # hashed identifiers differ on purpose: not compared with the input's
         result = evaluate.evaluate(io.read_input(input_path), io.read_input(written), list(report["quasi_identifiers"]),
-                                   k, seed=seed, **options)
+                                   k, seed=seed, changed=report.get("identifiers_hashed") or (), **options)
     return {key: result[key] for key in EVALUATION_KEYS if key in result}
 
 

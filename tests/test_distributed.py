@@ -283,6 +283,9 @@ def test_hash_identifiers(tmp_path, data):
     assert released["person_id"].tolist() == expected
     report = (out / "_report.json").read_text()
     assert env_key not in report and json.loads(report)["identifiers_hashed"] == ["person_id"]
+    # the release's evaluation does not count the hashed identifier as a changed column
+    checks = json.loads(report)["evaluation"]["checks"]
+    assert checks["passed"] and checks["not_compared"] == ["person_id"] and "person_id" not in checks["unchanged_columns"]
     # without the key: a clear error and nothing written
     env = {k: v for k, v in os.environ.items() if k != "MICROAGG_HMAC_KEY"}
     proc = subprocess.run([*args[:3], str(tmp_path / "nokey"), *args[4:]], capture_output=True, text=True, env=env)

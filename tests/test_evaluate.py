@@ -225,6 +225,7 @@ def test_census_mdav_release(census_release):
     assert checks["k_anonymity"] == {"k": 3, "rows_in_small_classes": 0, "passed": True}
     assert checks["unchanged_columns"] == {"region": 0, "confidential": 0}
     assert checks["columns_only_in_original"] == ["person_id"] and checks["passed"] is True
+    assert checks["not_compared"] == []
     json.dumps(report, allow_nan=False)  # strict JSON
 
 
@@ -240,6 +241,10 @@ def test_changed_columns_and_small_classes_are_counted(census_release):
     assert checks["passed"] is False
     small = checks["k_anonymity"]["rows_in_small_classes"]
     assert small == metrics.check_k_anonymous(tampered[QI].to_numpy(np.float64), 3) >= 5
+    # a column changed on purpose (a hashed identifier, say) is not compared: named, not counted
+    report = ev.evaluate(original, masked, QI, changed=["region"])
+    assert report["checks"]["unchanged_columns"] == {"confidential": 0}
+    assert report["checks"]["not_compared"] == ["region"]
 
 
 def test_bad_options_from_metadata(census_release):
@@ -271,7 +276,8 @@ def test_cli_local_cluster_and_synchronous_agree(tmp_path, census_release):
     for name, flags in (("cluster", ["--workers", "2"]), ("sync", ["--scheduler", "synchronous"])):
         path = tmp_path / f"{name}.json"
         proc = microagg_cli("evaluate", original, masked, "--qi", ",".join(QI), "--k", 3, "--known", "AGI,FICA",
-                            "--known", "TAXINC", "--report", path, "--block-rows", 300, *flags, check=True)
+                            "--known", "TAXINC", "--report", path, "--block-rows", 300, "--changed", "confidential",
+                            *flags, check=True)
         assert "DLD" in proc.stdout and str(path) in proc.stdout
         reports.append(json.loads(path.read_text()))
         assert reports[-1]["html"] == str(path.with_suffix(".html")) and str(path.with_suffix(".html")) in proc.stdout
@@ -284,6 +290,8 @@ def test_cli_local_cluster_and_synchronous_agree(tmp_path, census_release):
     assert round(report["information_loss"]["il"], 3) == PUBLISHED_MDAV_IL[("census", 3)]
     assert report["disclosure_risk"]["scenarios"][0]["linkage"]["blocks"] > 1
     assert report["anonymity"]["min_class_size"] >= 3
+    assert report["checks"]["not_compared"] == ["confidential"] and report["checks"]["unchanged_columns"] == {
+        "region": 0}
     assert [s["columns"] for s in report["disclosure_risk"]["scenarios"]] == [QI, ["AGI", "FICA"], ["TAXINC"]]
     assert set(report["timings"]) >= {"read", "validate", "statistics", "align", "columns", "information loss",
                                       "classes", "linkage"}
