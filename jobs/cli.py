@@ -84,8 +84,8 @@ def _add_anonymize(sub):
                    help="before the commit, evaluate the written release against the input as `microagg evaluate` "
                         "does (disclosure risk DLD and ID, real anonymity k', the IL family, checks): the report's "
                         "`evaluation` and the page's verdict line. On by default, except with --release-where "
-                        "(rows no longer pair by position) or --missing centroid; --no-evaluate skips it (it takes longer than the "
-                        "anonymization: BENCHMARKS.md)")
+                        "(rows no longer pair by position) or --missing centroid; --no-evaluate skips it (it "
+                        "takes longer than the anonymization: BENCHMARKS.md)")
     add_risk_arguments(p, "evaluation: ", RELEASE_DLD_RECORDS)
     p.add_argument("--rows-per-file", type=int, default=None,
                    help="rows per output Parquet file (default 250,000: a file is one task of the write, and "

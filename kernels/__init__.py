@@ -1,7 +1,7 @@
 """Numba kernels on NumPy arrays: no DataFrames, paths or clients here (see STYLE.md)."""
 
-from .blocking import (grow_tree, project, route, row_hashes, rows_equal_first, sample_mask, sequence_bucket, splitmix64,
-                       tuple_sample_mask)
+from .blocking import (grow_tree, project, route, row_hashes, rows_equal_first, sample_mask, sequence_bucket,
+                       splitmix64)
 from .hm import optimal_contiguous, univariate_optimal
 from .mdav import mdav
 from .refine import refine
@@ -32,7 +32,6 @@ __all__ = [
     "rows_equal_first",
     "sequence_bucket",
     "sample_mask",
-    "tuple_sample_mask",
     "splitmix64",
     "sse",
     "sst",

@@ -51,13 +51,6 @@ def row_hashes(X, seed):
 
 
 @jit
-def tuple_sample_mask(X, seed, threshold):
-    """``True`` for the rows whose :func:`row_hashes` falls below ``threshold`` (uint64): equal rows
-    are all in the sample or all out of it (a sample of distinct tuples), whatever their position."""
-    return row_hashes(X, seed) < threshold
-
-
-@jit
 def rows_equal_first(X, codes, first):
     """Whether every row of ``X`` equals, value by value, the first row of its code (``X[first[codes[i]]]``):
     the check that a grouping by hash put only equal rows together."""

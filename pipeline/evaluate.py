@@ -532,7 +532,7 @@ def _route_links(pair, job):
     row_id = np.arange(pair.start, pair.start + Z.shape[0], dtype=np.int64)
     Xm, masked_id = pair.Xm, row_id
     unit = np.zeros(len(row_id), dtype=np.uint64)
-    if job.queries is not None:  # the masked records of the sampled tuples only (kernels.tuple_sample_mask)
+    if job.queries is not None:  # the masked records of the sampled tuples only (see query_sample)
         seed, threshold = job.queries
         unit = kernels.row_hashes(pair.Xm, seed)
         searched = unit < threshold
@@ -674,9 +674,9 @@ def query_sample(n_rows, records, seed):
     """``(seed, threshold)`` of the deterministic sample of about ``records`` masked records whose links
     are searched, or None: every record (``records`` None, or at least ``n_rows``).
 
-    The sample is one of distinct masked tuples (:func:`kernels.tuple_sample_mask`: a tuple is in it
-    when the hash of its values and ``seed ^``:data:`QUERY_SALT` falls below the threshold, each with
-    probability ``records / n_rows``), and takes every record of a sampled tuple: the search costs one
+    The sample is one of distinct masked tuples (a tuple is in it when :func:`kernels.row_hashes` of its
+    values and ``seed ^``:data:`QUERY_SALT` falls below the threshold, each with probability ``records /
+    n_rows``, whatever its position), and takes every record of a sampled tuple: the search costs one
     query per tuple, so a record sample of a k-anonymous release would cost about k times more
     searches for the same records. Records of one tuple share their links, and at most a few of them
     are linked to their own original, so a tuple's credit varies less than its records' do."""

@@ -137,7 +137,8 @@ def test_a_sampled_dld_is_the_mean_credit_of_its_records_with_an_interval(make, 
     original, masked = _frames(pd.DataFrame(X, columns=names), pd.DataFrame(Xm, columns=names), 3, 4)
     prep = ev.prepare(original, masked, names, piece_rows=250)
     queries = ev.query_sample(prep.n_rows, 600, seed)
-    searched = microagg.kernels.tuple_sample_mask(np.ascontiguousarray(Xm), *queries)
+    seed_queries, threshold = queries
+    searched = microagg.kernels.row_hashes(np.ascontiguousarray(Xm), seed_queries) < threshold
     assert 400 < searched.sum() < 800  # about the records asked for, the same however the rows are split
     _, tuple_of = np.unique(Xm, axis=0, return_inverse=True)
     tuple_of = tuple_of.ravel()

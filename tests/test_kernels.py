@@ -481,25 +481,25 @@ def test_file_pieces_cut_a_piece_by_file(n, n_groups, files, seed):
 @settings(deadline=None, max_examples=40)
 @given(st.integers(1, 60), st.integers(1, 4), st.integers(0, 2**62), st.integers(0, 3))
 def test_tuple_sample_takes_equal_tuples_together_wherever_they_are(n_distinct, d, seed, seed_rows):
-    """:func:`kernels.tuple_sample_mask`: a row's membership depends only on its values and the seed
-    (equal rows, -0.0 as 0.0, in or out together, in any order), at about the threshold's rate."""
+    """A sample of tuples by :func:`kernels.row_hashes` below a threshold: a row's membership depends only
+    on its values and the seed (equal rows, -0.0 as 0.0, in or out together, in any order)."""
     rng = np.random.default_rng(seed_rows)
     distinct = rng.integers(-3, 4, size=(n_distinct, d)).astype(np.float64)
     rows = rng.integers(0, n_distinct, size=200)
     X = distinct[rows]
     X[X == 0] = np.where(rng.random((X == 0).sum()) < 0.5, -0.0, 0.0)
     threshold = np.uint64(2**63)
-    mask = kernels.tuple_sample_mask(X, seed, threshold)
+    mask = kernels.row_hashes(X, seed) < threshold
     for t in range(n_distinct):
         assert len(set(mask[rows == t].tolist())) <= 1
     order = rng.permutation(len(X))
-    np.testing.assert_array_equal(kernels.tuple_sample_mask(np.ascontiguousarray(X[order]), seed, threshold),
+    np.testing.assert_array_equal(kernels.row_hashes(np.ascontiguousarray(X[order]), seed) < threshold,
                                   mask[order])
-    assert not kernels.tuple_sample_mask(X, seed, np.uint64(0)).any()
+    assert not (kernels.row_hashes(X, seed) < np.uint64(0)).any()
 
 
 def test_tuple_sample_rate_follows_the_threshold():
     X = np.random.default_rng(0).normal(size=(20000, 3))
     for fraction in (0.05, 0.5):
-        rate = kernels.tuple_sample_mask(X, 7, np.uint64(int(fraction * 2.0**64))).mean()
+        rate = (kernels.row_hashes(X, 7) < np.uint64(int(fraction * 2.0**64))).mean()
         assert abs(rate - fraction) < 4 * np.sqrt(fraction * (1 - fraction) / len(X))
