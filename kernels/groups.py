@@ -124,14 +124,22 @@ def attach_leftovers(Z, labels, n_groups):
 
 
 @jit
-def scatter_group_index(index, seen, start, block, row_id, group, offset):
-    """``index[row_id[i] - start, block] = offset + group[i]`` and ``seen[row_id[i] - start, block] += 1``
-    for every i: each released row's entry in a stacked table of group values, put back at its
-    position, with a count that lets the caller check every row was released exactly once."""
-    for i in range(row_id.shape[0]):
+def scatter_rows(values, seen, start, block, first, row_id, group, table):
+    """Released values of a piece's rows put back at their positions: for every row i of the piece
+    (``row_id`` ascending) whose row id lies in ``start..start + n - 1``, ``values[first + j, row_id[i] -
+    start] = table[group[i], j]`` and ``seen[row_id[i] - start, block] += 1`` (the count that lets the
+    caller check every row was released exactly once). The rows are found by binary search: the work is
+    that of the rows in range, however large the piece."""
+    n = values.shape[1]
+    width = table.shape[1]
+    a = np.searchsorted(row_id, start)
+    b = np.searchsorted(row_id, start + n)
+    for i in range(a, b):
         r = row_id[i] - start
         seen[r, block] += 1
-        index[r, block] = offset + group[i]
+        g = group[i]
+        for j in range(width):
+            values[first + j, r] = table[g, j]
 
 
 @jit

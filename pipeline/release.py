@@ -912,33 +912,20 @@ def _merge_file_pieces(pieces):
 
 def _scatter(start, stop, width, slots, pieces):
     """Released values of rows ``start..stop-1``, column by column (``(width, n)``), from ``pieces``
-    (``(row ids, groups, group table)``) whose values fill the QI columns ``slots[i]`` (one attribute
-    block's, consecutive); every cell exactly once, or the release is refused.
-
-    Each row's group is first put back at the row's position (an index into the stacked group tables
-    of its block); each column is then one gather from that table column, which stays in cache.
-    """
+    (``(row ids, groups, group table)``; rows outside the range are ignored) whose values fill the QI
+    columns ``slots[i]`` (one attribute block's, consecutive); every cell exactly once, or the release
+    is refused."""
     n = stop - start
     values = np.empty((width, n))  # columns contiguous: a DataFrame over them needs no copy
     blocks = sorted({slot[0] for slot in slots})
     seen = np.zeros((n, max(len(blocks), 1)), dtype=np.int64)
-    index = np.zeros((n, max(len(blocks), 1)), dtype=np.int64)
-    tables = [[] for _ in blocks]
     for (row_id, group, table), slot in zip(pieces, slots):
-        b = blocks.index(slot[0])
-        groups.scatter_group_index(index, seen, start, b, row_id, group, sum(len(t) for t in tables[b]))
-        tables[b].append(table)
+        groups.scatter_rows(values, seen, start, blocks.index(slot[0]), slot[0], row_id,
+                            np.ascontiguousarray(group, dtype=np.int64), np.ascontiguousarray(table, dtype=np.float64))
     if width and (seen != 1).any():
         wrong = int((seen != 1).any(axis=1).sum())
         raise ReleaseGateError(f"rows {start}..{stop - 1}: the released values do not cover every row and "
                                f"column exactly once ({wrong} row(s) wrong); nothing written")
-    for b, first in enumerate(blocks):
-        if not n:
-            break
-        stacked = np.concatenate(tables[b]).T.copy()  # (block width, groups)
-        rows = np.ascontiguousarray(index[:, b])
-        for j in range(stacked.shape[0]):
-            np.take(stacked[j], rows, out=values[first + j])
     return values
 
 
@@ -976,6 +963,15 @@ def _per_file(released, n_rows, rows_per_file, func, *args):
     inbound = [[] for _ in starts]
     slots = [[] for _ in starts]
     layer = graph.Layer(f"microagg-{func.__name__.strip('_')}")
+    if _one_process():
+        # every piece is in this one process's memory: each file task takes its rows from the whole
+        # pieces (a binary search each) instead of an exchange of per-file cuts, whose two thousand
+        # small tasks at 10M rows kept the scheduler, not the cores, busy (BENCHMARKS.md)
+        pieces = [p for _, block_pieces in released for p in block_pieces]
+        places = tuple(tuple(int(c) for c in positions) for positions, block_pieces in released for _ in block_pieces)
+        files = [layer.task(("file", i), _from_pieces, func, int(a), int(b), args, places, *pieces)
+                 for i, (a, b) in enumerate(zip(starts, stops))]
+        return out_div, layer.delayed(files)
     for block, (positions, pieces) in enumerate(released):  # an exchange per attribute block: one slot per piece
         cut = [layer.task(("cut", block, i), _by_file, r, starts) for i, r in enumerate(pieces)]
         for i, refs in enumerate(layer.exchange(("files", block), cut, len(starts), _merge_file_pieces, rows=n_rows)):
@@ -984,6 +980,19 @@ def _per_file(released, n_rows, rows_per_file, func, *args):
     files = [layer.task(("file", i), func, int(a), int(b), *args, tuple(slots[i]), *inbound[i])
              for i, (a, b) in enumerate(zip(starts, stops))]
     return out_div, layer.delayed(files)
+
+
+def _from_pieces(func, start, stop, args, places, *released):
+    """``func(start, stop, *args, places, *pieces)`` over whole released pieces (``places``: each
+    piece's column positions), whose rows outside ``start..stop-1`` :func:`_scatter` skips by binary
+    search (the one-process form of :func:`_per_file`)."""
+    return func(start, stop, *args, places, *[(p.row_id, p.group, p.table) for p in released])
+
+
+def _one_process():
+    """Whether the tasks run in one process (a local scheduler, or a cluster of one worker)."""
+    client = _client()
+    return client is None or len(client.scheduler_info()["workers"]) == 1
 
 
 def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None, where=None):
