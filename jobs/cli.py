@@ -298,7 +298,10 @@ def main(argv=None):
     if args.command is None:
         parser.print_help()
         return 2
+    from .cluster import use_system_allocator
     from ..pipeline.errors import MicroaggError
+
+    use_system_allocator()
 
     previous = _on_sigterm()
     try:

@@ -1,6 +1,7 @@
 """A real cluster: `dask scheduler` and two `dask worker` processes on 127.0.0.1, the CLI run against it."""
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -92,3 +93,19 @@ def test_the_embedded_process_cluster_silences_its_workers_before_shutting_them_
         assert set(client.run(_distributed_log_level).values()) != {logging.CRITICAL + 1}
     assert len(levels) == 1 and len(levels[0]) == 2
     assert set(levels[0].values()) == {logging.CRITICAL + 1}
+
+
+def test_the_cli_gives_arrow_the_system_allocator_unless_told_otherwise(monkeypatch):
+    import pyarrow
+
+    from microagg.jobs import cluster
+
+    monkeypatch.setenv(cluster.ARROW_POOL_VARIABLE, "mimalloc")  # the user's choice stands
+    before = pyarrow.default_memory_pool().backend_name
+    cluster.use_system_allocator()
+    assert os.environ[cluster.ARROW_POOL_VARIABLE] == "mimalloc"
+    assert pyarrow.default_memory_pool().backend_name == before
+    monkeypatch.delenv(cluster.ARROW_POOL_VARIABLE)
+    cluster.use_system_allocator()
+    assert os.environ[cluster.ARROW_POOL_VARIABLE] == "system"  # for the worker processes it starts
+    assert pyarrow.default_memory_pool().backend_name == "system"

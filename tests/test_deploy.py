@@ -488,6 +488,15 @@ def test_every_way_of_starting_workers_shortens_the_connect_timeout():
         assert values == [PEER_CONNECT_TIMEOUT], f"{rel(path)}: {values}"
 
 
+def test_every_way_of_starting_workers_gives_arrow_the_system_allocator():
+    """Worker processes deploy/ starts read Parquet with Arrow's buffers from malloc, as the CLI's own
+    processes do (jobs/cluster.py: use_system_allocator), unless the environment says otherwise."""
+    setting = re.compile(r"ARROW_DEFAULT_MEMORY_POOL=\"?(?:\$\{ARROW_DEFAULT_MEMORY_POOL:-)?([a-z]+)")
+    for path in (DEPLOY / "Dockerfile", DEPLOY / "plain" / "start-worker.sh",
+                 DEPLOY / "slurm" / "microagg-export.sbatch", DEPLOY / "slurm" / "jobqueue_export.py"):
+        assert setting.findall(path.read_text()) == ["system"], rel(path)
+
+
 @pytest.mark.slow
 def test_warm_up_compiles_every_kernel():
     """What the image build runs (`--strict` fails the build when a new kernel is not warmed up)."""

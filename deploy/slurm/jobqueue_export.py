@@ -72,6 +72,8 @@ def main(argv=None):
             "export NUMBA_CPU_NAME=generic",    # one cache for every node of a mixed partition
             # a killed peer stalls fetches for 10 s, not Dask's 30 (jobs/cluster.py: PEER_CONNECT_TIMEOUT)
             "export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=10s",
+            # Arrow's buffers from malloc: a fresh process reads Parquet faster (jobs/cluster.py)
+            "export ARROW_DEFAULT_MEMORY_POOL=system",
         ],
         local_directory=args.local_directory,
         log_directory=args.log_directory,
