@@ -42,13 +42,18 @@ def _partition_every_method():
         microagg.partition(X, 3, "mdav", refine=refine)
     microagg.partition(X, 3, "auto")
     # the blocked driver with a sampled split tree (as every extract above 20,000 rows is blocked)
-    labels = microagg.partition(X, 3, block_size=20, sample_rows=30)
+    labels = microagg.partition(X, 3, block_size=20, sample_rows=30, one_block_rows=0)
     microagg.information_loss(X, labels)
     # kernels of the public API that the releases below do not reach
     from microagg.kernels import decomposition, univariate_optimal
 
     univariate_optimal(np.ascontiguousarray(X[:, 0]), 3)
     decomposition.split_large_groups(X, labels, 3)
+    # the cut of released pieces by output file, for clusters of several workers (the releases below
+    # run in one process, where each file task reads the whole pieces)
+    from microagg.kernels import groups
+
+    groups.file_pieces(np.arange(6, dtype=np.int64), np.array([0, 1, 0, 1, 2, 2]), 3, np.array([0, 3]))
 
 
 def _cli(*args):
@@ -68,7 +73,8 @@ def _releases(root):
     df = pd.read_parquet(extract)
     qi = ["AGE", "WAGE", "AGI", "TAX"]
     common = ["--qi", ",".join(qi), "--identifiers", "person_id"]
-    blocked = [*common, "--block-size", 400, "--blocks-per-task", 2]
+    # several blocks (an input of at most --one-block-rows rows, 5,000 by default, is one block)
+    blocked = [*common, "--block-size", 400, "--blocks-per-task", 2, "--one-block-rows", 0]
     runs = [
         [*blocked],
         [*blocked, "--stitch", "deep", "--refine", "local"],
