@@ -268,8 +268,10 @@ def well_scaled(X):
     two-pass std and the exact one give z-scores that agree to many digits), and not so tiny that
     its squares are subnormal (around 1e-161 the naive reference loses digits; the exact sums do not)."""
     for col in X.T:
+        if (col == col[0]).all():
+            continue  # constant (numpy's std of a tiny non-constant column can underflow to 0.0 too)
         spread = float(col.std())
-        if spread != 0.0 and (spread < 1e-6 * float(np.abs(col).max()) or spread < 1e-150):
+        if spread < 1e-6 * float(np.abs(col).max()) or spread < 1e-150:
             return False
     return True
 
