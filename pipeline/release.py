@@ -827,8 +827,11 @@ def gate(released, k, n_rows):
     """Summaries of the released pieces and the rows per block; raises :class:`ReleaseGateError`
     unless the release is k-anonymous. Every group lies wholly inside one piece, so a tuple seen
     >= k times in every piece where it occurs is seen >= k times in the release."""
-    layer = graph.Layer("microagg-gate")
-    summaries = list(dask.compute(*layer.delayed([layer.task(i, _summary, r) for i, r in enumerate(released)])))
+    if _in_this_process():  # the pieces are in this process's memory: no task per piece to read them
+        summaries = [r.summary for r in dask.compute(*released)]
+    else:
+        layer = graph.Layer("microagg-gate")
+        summaries = list(dask.compute(*layer.delayed([layer.task(i, _summary, r) for i, r in enumerate(released)])))
     # a block's rows can sit in several pieces (its groups near an upper plane moved)
     block_sizes = pd.Series(np.concatenate([s["block_rows"] for s in summaries]),
                             index=np.concatenate([s["block_ids"] for s in summaries])).groupby(level=0).sum()
@@ -993,6 +996,12 @@ def _one_process():
     """Whether the tasks run in one process (a local scheduler, or a cluster of one worker)."""
     client = _client()
     return client is None or len(client.scheduler_info()["workers"]) == 1
+
+
+def _in_this_process():
+    """Whether the tasks run in this process (a local scheduler, or workers that are its threads)."""
+    client = _client()
+    return client is None or all(a.startswith("inproc://") for a in client.scheduler_info()["workers"])
 
 
 def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None, where=None):
