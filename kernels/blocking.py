@@ -88,6 +88,37 @@ def route(Z, directions, thresholds, left, right):
 
 
 @jit
+def route_raw(X, mean, std, directions, thresholds, left, right):
+    """:func:`route` of the z-scores of the raw rows ``X``, computed row by row instead of as a whole
+    array: ``z = (x - mean) / std`` (0 where ``std == 0``), a missing z at 0 (the column mean), with the
+    arithmetic of :func:`microagg.kernels.stats.standardize`, so every row goes to the leaf it reaches
+    standardized first. ``X`` may be stored in either order."""
+    n, d = X.shape
+    scale = np.empty(d)
+    for j in range(d):
+        scale[j] = std[j] if std[j] > 0.0 else np.inf  # as standardize: x / inf == 0
+    leaves = np.zeros(n, dtype=np.int64)
+    if thresholds.shape[0] == 0:
+        return leaves
+    z = np.empty(d)
+    for i in range(n):
+        for j in range(d):
+            v = (X[i, j] - mean[j]) / scale[j]
+            z[j] = 0.0 if np.isnan(v) else v
+        node = 0  # the descent of route, spelled out (as a shared function it ran 35 % slower)
+        while True:
+            p = 0.0
+            for j in range(d):
+                p += z[j] * directions[node, j]
+            nxt = left[node] if p <= thresholds[node] else right[node]
+            if nxt < 0:
+                leaves[i] = -1 - nxt
+                break
+            node = nxt
+    return leaves
+
+
+@jit
 def project(Z, direction):
     """``Z @ direction`` with a fixed summation order (the same arithmetic as :func:`route`)."""
     n, d = Z.shape

@@ -188,6 +188,14 @@ class Forest:
             leaf[rows] = self.leaf_offset[s] + self.trees[s].route(np.ascontiguousarray(Z[rows]))
         return leaf
 
+    def route_raw(self, X, mean, std, stratum=None):
+        """:meth:`route` of the raw rows ``X``, standardized by ``mean`` and ``std`` on the way (one
+        tree: row by row, no standardized copy of ``X``)."""
+        if len(self.trees) > 1:
+            return self.route(kernels.standardize(np.ascontiguousarray(X), mean, std), stratum)
+        tree = self.trees[0]
+        return kernels.route_raw(X, mean, std, tree.directions, tree.thresholds, tree.left, tree.right)
+
     def local_task(self, task):
         """``(tree, its task id, leaf offset, seed-tag offset)`` of release-wide task ``task``."""
         s = int(self.task_stratum[task])

@@ -357,8 +357,8 @@ def _split(rows, key, n_keys):
 
 def _route(part, job):
     """An input partition's rows, routed to their leaves and cut into one piece per task."""
-    X, Z = _standardized(part, list(job.qi), job.mean, job.std)
-    leaf = job.forest.route(Z, job.strata.codes(part) if job.strata else None)
+    X = np.ascontiguousarray(part[list(job.qi)].to_numpy(dtype=np.float64))  # the rows travel: one per row
+    leaf = job.forest.route_raw(X, job.mean, job.std, job.strata.codes(part) if job.strata else None)
     weights = job.options.weights
     weight = None if weights is None else part[weights].to_numpy(dtype=np.float64)
     rows = Rows(part[ROW_ID].to_numpy(dtype=np.int64), leaf, X, None, weight)

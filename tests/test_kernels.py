@@ -465,6 +465,29 @@ def test_grow_tree_matches_the_recursive_reference(n, d, fraction, block_size, f
 
 
 @FAST
+@given(st.integers(1, 400), st.integers(1, 6), st.integers(0, 2**32 - 1), st.booleans())
+def test_routing_raw_rows_is_routing_their_z_scores(n, d, seed, fortran):
+    """The route tasks' kernel standardizes row by row: every row reaches the leaf its standardized
+    row reaches (the split tree's own routing), with missing and non-finite values and constant
+    columns, whichever order the rows are stored in."""
+    from microagg.pipeline.blocking import at_mean
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * rng.uniform(0.2, 3.0, size=d) + rng.normal(size=d)
+    X[rng.random((n, d)) < 0.05] = np.nan
+    X[rng.random((n, d)) < 0.01] = np.inf
+    if d > 1:
+        X[:, 1] = 2.5  # a constant column (std 0)
+    mean, std = np.nanmean(np.where(np.isfinite(X), X, np.nan), axis=0), np.nanstd(X, axis=0)
+    mean, std = np.nan_to_num(mean), np.where(np.isfinite(std), std, 0.0)
+    Z = at_mean(kernels.standardize(X, mean, std))
+    tree = kernels.grow_tree(np.ascontiguousarray(np.nan_to_num(Z, posinf=0.0)), 1.0, 20.0, 0.0, 4, np.empty(0))
+    raw = np.asfortranarray(X) if fortran else X
+    want = (kernels.route(Z, *tree[:4]) if len(tree[1]) else np.zeros(n, dtype=np.int64))
+    assert np.array_equal(kernels.route_raw(raw, mean, std, *tree[:4]), want)
+
+
+@FAST
 @given(st.integers(0, 80), st.integers(1, 12), st.integers(1, 6), st.integers(0, 2**32 - 1))
 def test_file_pieces_cut_a_piece_by_file(n, n_groups, files, seed):
     rng = np.random.default_rng(seed)
