@@ -13,3 +13,7 @@ jit = numba.njit(cache=True, nogil=True)
 
 pjit = numba.njit(cache=True, nogil=True, parallel=True)
 """Decorator for the few kernels that parallelise themselves (never called from Dask threads)."""
+
+inline_jit = numba.njit(cache=True, nogil=True, inline="always")
+"""Decorator for a small helper that several kernels share on their hot paths: inlined into each caller
+(Numba's IR), so sharing it costs nothing (called, the split tree's descent ran 35 % slower)."""

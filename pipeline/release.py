@@ -963,8 +963,6 @@ def _per_file(released, n_rows, rows_per_file, func, *args):
     out_div = file_divisions(n_rows, rows_per_file)
     starts = np.asarray(out_div[:-1], dtype=np.int64)
     stops = [*out_div[1:-1], n_rows]
-    inbound = [[] for _ in starts]
-    slots = [[] for _ in starts]
     layer = graph.Layer(f"microagg-{func.__name__.strip('_')}")
     if _one_process():
         # every piece is in this one process's memory: each file task takes its rows from the whole
@@ -975,6 +973,8 @@ def _per_file(released, n_rows, rows_per_file, func, *args):
         files = [layer.task(("file", i), _from_pieces, func, int(a), int(b), args, places, *pieces)
                  for i, (a, b) in enumerate(zip(starts, stops))]
         return out_div, layer.delayed(files)
+    inbound = [[] for _ in starts]
+    slots = [[] for _ in starts]
     for block, (positions, pieces) in enumerate(released):  # an exchange per attribute block: one slot per piece
         cut = [layer.task(("cut", block, i), _by_file, r, starts) for i, r in enumerate(pieces)]
         for i, refs in enumerate(layer.exchange(("files", block), cut, len(starts), _merge_file_pieces, rows=n_rows)):
