@@ -30,6 +30,7 @@ test: $(DEVSTAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(DEVSTAMP)
+	$(BIN)/python -m pytest -q -m slow
 	$(BIN)/python tests/benchmarks/bench_mdav.py
 	$(BIN)/python tests/benchmarks/bench_stats.py
 	$(BIN)/python tests/benchmarks/bench_methods.py target
