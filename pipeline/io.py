@@ -56,12 +56,54 @@ def resolve_input(path):
     )
 
 
+def _data_files(urlpath):
+    """``(filesystem, data files)`` of an input: the files of its paths and directories, in name order,
+    without hidden and ``_``-prefixed ones (``_SUCCESS``, ``_metadata``)."""
+    fs, _, paths = fsspec.get_fs_token_paths(urlpath)
+    found = [f for p in paths for f in (fs.find(p) if fs.isdir(p) else [p])]
+    return fs, sorted(f for f in found if not os.path.basename(f).startswith(("_", ".")))
+
+
 def input_bytes(path):
     """Bytes the input takes where it is stored (files or objects), without reading it."""
     fmt, urlpath = resolve_input(path)
-    fs, _, paths = fsspec.get_fs_token_paths(urlpath)
-    files = [f for p in paths for f in (fs.find(p) if fs.isdir(p) else [p])]
-    return sum(fs.size(f) or 0 for f in files if not os.path.basename(f).startswith(("_", ".")))
+    fs, names = _data_files(urlpath)
+    return sum(fs.size(f) or 0 for f in names)
+
+
+def parquet_schema(path):
+    """The Arrow schema of a Parquet input (its first file's footer), or None for CSV."""
+    import pyarrow.parquet as pq
+
+    fmt, urlpath = resolve_input(path)
+    if fmt != "parquet":
+        return None
+    fs, names = _data_files(urlpath)
+    with fs.open(names[0], "rb") as fh:
+        return pq.read_schema(fh)
+
+
+def output_schema(input_schema, columns, qi, text=()):
+    """The Arrow schema a release is written with: every column of the input's type (and field
+    metadata: a dictionary-encoded, nullable-integer, date or narrow column comes out as it went in,
+    whatever pandas made of it between), the quasi-identifiers float64 (their released values), the
+    ``text`` columns (pseudonymised identifiers) string; every column nullable (``input_schema`` is
+    one file's, and another file of the input may hold nulls where it has none). None without an
+    input schema (CSV): the types are then inferred from the released frame."""
+    import pyarrow as pa
+
+    if input_schema is None:
+        return None
+    qi, text = set(qi), set(text)
+    fields = []
+    for name in columns:
+        field = input_schema.field(name).with_nullable(True)
+        if name in qi:
+            field = field.with_type(pa.float64())
+        elif name in text:
+            field = pa.field(name, pa.string())
+        fields.append(field)
+    return pa.schema(fields)
 
 
 PARQUET_BLOCKSIZE = "128MiB"
@@ -97,9 +139,7 @@ def _warn_of_large_row_groups(urlpath):
     import pyarrow.parquet as pq
 
     try:
-        fs, _, paths = fsspec.get_fs_token_paths(urlpath)
-        names = sorted(p for p in (fs.find(paths[0]) if fs.isdir(paths[0]) else paths)
-                       if not os.path.basename(p).startswith(("_", ".")))
+        fs, names = _data_files(urlpath)
         with fs.open(names[0], "rb") as fh:
             meta = pq.ParquetFile(fh).metadata
             largest = max((meta.row_group(i).num_rows for i in range(meta.num_row_groups)), default=0)

@@ -1357,9 +1357,12 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
                                                "stitch", "aggregate", "order", "seed", "noise", "epsilon",
                                                "release_where",
                                                "quasi_identifiers", "information_loss", "version")}
+            schema = io.output_schema(io.parquet_schema(input_path), released.columns, report["quasi_identifiers"],
+                                      report["identifiers_hashed"])
             released.to_parquet(
                 tmp,
                 write_index=False,
+                schema="infer" if schema is None else schema,
                 name_function=lambda i: f"part-{i:05d}.parquet",
                 custom_metadata={b"microagg": json.dumps(metadata, sort_keys=True).encode()},
                 write_metadata_file=False,

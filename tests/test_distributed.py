@@ -293,6 +293,70 @@ def test_hash_identifiers(tmp_path, data):
     assert not (tmp_path / "nokey").exists()
 
 
+def test_the_release_keeps_the_input_schema(tmp_path):
+    """Every column of a Parquet input leaves with its Arrow type (a dictionary, a nullable integer, a
+    date, a decimal... once failed the write, or came out as what pandas made of them), the
+    quasi-identifiers as float64, a pseudonymised identifier as string, all nullable; the values of
+    the other columns are the input's, also from files whose nullability differs."""
+    import decimal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(11)
+    n = 4000
+    maybe = [None if i >= 1000 and i % 13 == 0 else i for i in range(n)]
+    fields = {
+        "person_id": (pa.int64(), False, np.arange(n)),
+        "q0": (pa.float64(), False, rng.normal(size=n)),
+        "q1": (pa.int32(), True, rng.integers(0, 90, n)),
+        "q2": (pa.float32(), False, rng.normal(size=n)),
+        "name": (pa.string(), False, [f"n{i % 7}" for i in range(n)]),
+        "long_text": (pa.large_string(), True, [None if i % 5 == 0 else f"t{i}" for i in range(n)]),
+        "region": (pa.dictionary(pa.int32(), pa.string()), True, [f"r{i % 3}" for i in range(n)]),
+        "count": (pa.int64(), True, maybe),  # nulls from row 1000 on
+        "narrow": (pa.uint8(), False, rng.integers(0, 255, n)),
+        "share": (pa.float32(), True, [None if i % 7 == 0 else 0.5 for i in range(n)]),
+        "flag": (pa.bool_(), True, rng.random(n) < 0.5),
+        "day": (pa.date32(), True, [None if i % 11 == 0 else i for i in range(n)]),
+        "seen": (pa.timestamp("ms", tz="UTC"), True, np.arange(n) * 60_000),
+        "amount": (pa.decimal128(12, 2), True, [decimal.Decimal(i) / 100 for i in range(n)]),
+    }
+    schema = pa.schema([pa.field(name, kind, nullable) for name, (kind, nullable, _) in fields.items()])
+    arrays = [pa.array(values).cast(kind) if pa.types.is_dictionary(kind) else pa.array(values, kind)
+              for kind, _, values in fields.values()]
+    source = tmp_path / "typed"
+    source.mkdir()
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    first = schema.set(schema.get_field_index("count"), schema.field("count").with_nullable(False))
+    pq.write_table(table.slice(0, 1000).cast(first), source / "a.parquet")  # "count" declared non-null here,
+    pq.write_table(table.slice(1000), source / "b.parquet", row_group_size=1000)  # with nulls here
+    out = tmp_path / "release"
+    exe = Path(sys.executable).with_name("microagg")
+    proc = subprocess.run([str(exe), "anonymize", str(source), str(out), "--k", "3", "--qi", "q0,q1,q2",
+                           "--identifiers", "person_id", "--hash-identifiers", "--block-size", "1500",
+                           "--blocks-per-task", "2", "--one-block-rows", "0", "--scheduler", "synchronous"],
+                          capture_output=True, text=True, env={**os.environ, "MICROAGG_HMAC_KEY": "k"})
+    assert proc.returncode == 0, proc.stderr
+    released = pq.read_table(out)
+    assert json.loads((out / "_report.json").read_text())["blocks"] > 1
+    original = pq.read_table(source)
+    for field in schema:
+        got = released.schema.field(field.name)
+        assert got.nullable, field.name
+        if field.name in ("q0", "q1", "q2"):
+            assert got.type == pa.float64(), field.name
+        elif field.name == "person_id":
+            assert got.type == pa.string(), got
+        else:
+            assert got.type == field.type, field.name
+            assert released.column(field.name).equals(original.column(field.name)), field.name
+    assert_k_anonymous(released.select(["q0", "q1", "q2"]).to_pandas(), ["q0", "q1", "q2"], 3)
+
+
 def test_gate_refuses_blocked_release_from_broken_partitioner(tmp_path, data, broken_method):
     from microagg.pipeline.errors import ReleaseGateError
     from microagg.pipeline.release import ReleaseOptions, run
