@@ -8,6 +8,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py blocking --rows 4000000 [--layouts 5000/16/8,2500/32/6]
     .venv/bin/python tests/benchmarks/bench_pipeline.py stream --rows 10000000 [--no-html]
     .venv/bin/python tests/benchmarks/bench_pipeline.py evaluate --rows 10000000 [--dld-records 1000000]
+    .venv/bin/python tests/benchmarks/bench_pipeline.py quality --rows 1000000
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -36,6 +37,11 @@ and the ratio to the first method's seconds.
 ``evaluate``: the evaluation's cost, in one run: ``microagg anonymize`` without and with its default
 evaluation, then ``microagg evaluate`` of the release with the release's linkage sample and with every
 record: seconds, peak RSS, stage seconds, DLD (and its interval for a sample).
+
+``quality``: global in-memory MDAV (one core; O(n^2): about 15 minutes at 1M rows) against the blocked
+solve with each stitching setting (light, fast, deep; in this process, one thread, no Dask) on the
+``scale`` extract: IL and CPU seconds. The bar of issue 3 (blocked IL no worse than global MDAV's) at
+the sizes ``scale`` measures.
 
 ``blocking``: the blocked solve in this process (one thread, no Dask) for several block layouts
 (``--layouts 5000/16/8,2500/32/6``: block size / blocks per task / neighbour groups of the stitching
@@ -518,16 +524,10 @@ def row_counts(text):
 def blocking(args):
     """The blocked solve in this process, one thread, for several block layouts on the same rows of the
     extract: CPU seconds and IL (the measurement behind the default block size and neighbour count)."""
-    import pandas as pd
-
-    from microagg import kernels
     from microagg.pipeline import blocked, stitch
     from microagg.pipeline.solver import Solver
 
-    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
-    source = make_extract(args.rows, root)
-    X = np.ascontiguousarray(pd.read_parquet(source, columns=QI).to_numpy(dtype=np.float64))
-    Z = kernels.standardize(X, X.mean(axis=0), X.std(axis=0))
+    Z = _scale_rows(args)
     solver = Solver.build("mdav", None, "none", None, 0)
     blocked.blocked_partition(Z[:50_000], args.k, solver, stitch.STITCHING["light"], threads=1)  # warm-up
     print(f"{len(Z):,} rows x 13 QIs, k={args.k}, mdav, --stitch light, one thread\n")
@@ -544,11 +544,49 @@ def blocking(args):
         t = time.process_time()
         labels, info = blocked.blocked_partition(Z, args.k, solver, settings, plan, threads=1)
         cpu = time.process_time() - t
-        il = 100 * kernels.sse(Z, labels, int(labels.max()) + 1) / Z.size
+        il = _il(Z, labels)
         print(f"| {size:,} | {per_task} | {neighbours} | {band:g} / {upper:g} | {info['blocks']:,} | {cpu:.2f} "
               f"| {il:.4f} |", flush=True)
     if args.profile:
         _profile_blocking(Z, args.k, solver, stitch)
+
+
+def quality(args):
+    from microagg import kernels
+    from microagg.pipeline import blocked, stitch
+    from microagg.pipeline.solver import Solver
+
+    Z = _scale_rows(args)
+    solver = Solver.build("mdav", None, "none", None, 0)
+    blocked.blocked_partition(Z[:50_000], args.k, solver, stitch.STITCHING["light"], threads=1)  # warm-up
+    kernels.mdav(np.ascontiguousarray(Z[:100]), args.k)
+    print(f"{len(Z):,} rows x 13 QIs (the scale extract), k={args.k}, one thread\n")
+    print("| partition | CPU s | IL % |\n| --- | ---: | ---: |")
+    for name in ("light", "fast", "deep"):
+        t = time.process_time()
+        labels, _ = blocked.blocked_partition(Z, args.k, solver, stitch.STITCHING[name], threads=1)
+        cpu = time.process_time() - t
+        print(f"| blocked, --stitch {name} | {cpu:.2f} | {_il(Z, labels):.4f} |", flush=True)
+    t = time.process_time()
+    labels = kernels.mdav(Z, args.k)
+    print(f"| global in-memory MDAV | {time.process_time() - t:.1f} | {_il(Z, labels):.4f} |")
+
+
+def _scale_rows(args):
+    """The standardized QIs of ``scale``'s extract of ``--rows`` rows."""
+    import pandas as pd
+
+    from microagg import kernels
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    X = np.ascontiguousarray(pd.read_parquet(make_extract(args.rows, root), columns=QI).to_numpy(dtype=np.float64))
+    return kernels.standardize(X, X.mean(axis=0), X.std(axis=0))
+
+
+def _il(Z, labels):
+    from microagg import kernels
+
+    return 100 * kernels.sse(Z, labels, int(labels.max()) + 1) / Z.size
 
 
 def _profile_blocking(Z, k, solver, stitch):
@@ -711,7 +749,7 @@ def stream(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
-                                         "evaluate"))
+                                         "evaluate", "quality"))
     parser.add_argument("--dld-records", type=int, default=None,
                         help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -750,7 +788,7 @@ def main():
     if len(args.sizes) > 1 and args.mode != "sweep":
         parser.error("several --rows are for the sweep mode only")
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
-     "blocking": blocking, "stream": stream, "evaluate": evaluation}[args.mode](args)
+     "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality}[args.mode](args)
 
 
 if __name__ == "__main__":
