@@ -114,6 +114,8 @@ run = false
 
     release = data / "exports" / "2026-11-25" / "release"
     report = json.loads((release / "_report.json").read_text())
+    assert report["workers"]["count"] == 2  # the containers' workers did the work
+    assert all(address.startswith("tcp://") for address in report["workers"]["peak_rss_bytes"])
     original = pd.read_parquet(data / "extract")
     released = pd.read_parquet(release, columns=[c for c in original.columns if c != "person_id"])
     assert len(released) == len(original) and "person_id" not in released.columns

@@ -486,7 +486,8 @@ def sweep(args):
         job = _attempt(args, source, out / "release", workers, threads)
         shutil.rmtree(out, ignore_errors=True)
         rows_out.append((rows, runs, job))
-        print(f"done: {rows:,} rows, floor {', '.join(f'{r:.2f}' for r in runs) or 'failed'} s, microagg "
+        floor = ', '.join(f'{r:.2f}' for r in runs) + ' s' if runs else 'not run' if not args.floor_runs else 'failed'
+        print(f"done: {rows:,} rows, floor {floor}, microagg "
               f"{job['seconds']:.1f} s (exit {job['code']})", flush=True)
     print(f"\n| rows | floor s (best of {args.floor_runs}) | microagg s | rows/s | ratio | stages s | "
           f"peak RSS per worker GiB | IL % | finished |")
@@ -509,7 +510,7 @@ def sweep(args):
             finished += f" ({len(sampled) - workers} worker process(es) restarted)"
         ratio = f"{job['seconds'] / floor:.2f}x" if floor and report else ""
         speed = f"{rows / job['seconds']:,.0f}" if report else ""
-        print(f"| {rows:,} | {f'{floor:.2f}' if floor else 'failed'} | {job['seconds']:.2f} | {speed} | {ratio} | "
+        print(f"| {rows:,} | {f'{floor:.2f}' if floor else 'not run' if not args.floor_runs else 'failed'} | {job['seconds']:.2f} | {speed} | {ratio} | "
               f"{stages} | {memory} | {il} | {finished} |")
     print("\nTargets: 10M rows within 2.5x the floor; peak memory per worker flat as rows grow.")
 
