@@ -54,7 +54,8 @@ STITCHING = {
     # a light pass across every split plane (measured choice, BENCHMARKS.md)
     "light": Stitching(),
     # narrower bands, fewer candidate groups: about a third less CPU in the block tasks for about 4.5 %
-    # more information loss at 1M-10M rows (still below global MDAV's at 100k; BENCHMARKS.md)
+    # more information loss at 1M-10M rows: below global MDAV's at 100k rows, above it at 1M (0.7426
+    # against 0.7286 %, where light gives 0.7108 %; BENCHMARKS.md, fifteenth session)
     "fast": Stitching(band=0.25, upper_band=0.15, neighbors=4),
     # wider bands, local search to convergence, windows also re-partitioned from scratch
     "deep": Stitching(band=1.0, window_sweeps=4, repartition=True, window_rows=4000, upper_band=0.5),
