@@ -84,26 +84,27 @@ def parquet_schema(path):
 
 
 def output_schema(input_schema, columns, qi, text=()):
-    """The Arrow schema a release is written with: every column of the input's type (and field
-    metadata: a dictionary-encoded, nullable-integer, date or narrow column comes out as it went in,
-    whatever pandas made of it between), the quasi-identifiers float64 (their released values), the
-    ``text`` columns (pseudonymised identifiers) string; every column nullable (``input_schema`` is
-    one file's, and another file of the input may hold nulls where it has none). None without an
-    input schema (CSV): the types are then inferred from the released frame."""
+    """The Arrow types a release is written with, for Dask's ``to_parquet(schema=...)``: every column
+    of the input file's type (a dictionary-encoded, nullable-integer, date or narrow column comes out
+    as it went in, whatever pandas made of it between), the quasi-identifiers float64 (their released
+    values), the ``text`` columns (pseudonymised identifiers) string. Returns ``{column: type}`` for
+    the columns ``input_schema`` has; Dask infers the others (a hive partition's column, named by
+    directories) from the released frame, and writes every column nullable (``input_schema`` is one
+    file's: another file may hold nulls where it has none). None without an input schema (CSV)."""
     import pyarrow as pa
 
     if input_schema is None:
         return None
     qi, text = set(qi), set(text)
-    fields = []
+    types = {}
     for name in columns:
-        field = input_schema.field(name).with_nullable(True)
         if name in qi:
-            field = field.with_type(pa.float64())
+            types[name] = pa.float64()
         elif name in text:
-            field = pa.field(name, pa.string())
-        fields.append(field)
-    return pa.schema(fields)
+            types[name] = pa.string()
+        elif name in input_schema.names:
+            types[name] = input_schema.field(name).type
+    return types
 
 
 PARQUET_BLOCKSIZE = "128MiB"
