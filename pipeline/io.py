@@ -71,16 +71,19 @@ def input_bytes(path):
     return sum(fs.size(f) or 0 for f in names)
 
 
-def parquet_schema(path):
-    """The Arrow schema of a Parquet input (its first file's footer), or None for CSV."""
+def _first_footer(urlpath):
+    """``(name, Parquet metadata: schema, row groups)`` of the first data file of ``urlpath``."""
     import pyarrow.parquet as pq
 
-    fmt, urlpath = resolve_input(path)
-    if fmt != "parquet":
-        return None
     fs, names = _data_files(urlpath)
     with fs.open(names[0], "rb") as fh:
-        return pq.read_schema(fh)
+        return names[0], pq.ParquetFile(fh).metadata
+
+
+def parquet_schema(path):
+    """The Arrow schema of a Parquet input (its first file's footer), or None for CSV."""
+    fmt, urlpath = resolve_input(path)
+    return _first_footer(urlpath)[1].schema.to_arrow_schema() if fmt == "parquet" else None
 
 
 def output_schema(input_schema, columns, qi, text=()):
@@ -127,29 +130,31 @@ def read_input(path, blocksize="64MB"):
     try:
         if fmt == "csv":
             return dd.read_csv(urlpath, blocksize=blocksize)
-        ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE)
+        # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
+        # column like any other, released unchanged, not an index the write would drop
+        ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {path!r} as {fmt.upper()}: {exc}") from exc
-    _warn_of_large_row_groups(urlpath)
-    return ddf
-
-
-def _warn_of_large_row_groups(urlpath):
-    """Log a warning if the first Parquet file of ``urlpath`` has a row group of more than
-    :data:`LARGE_ROW_GROUP` rows (its footer only is read)."""
-    import pyarrow.parquet as pq
-
     try:
-        fs, names = _data_files(urlpath)
-        with fs.open(names[0], "rb") as fh:
-            meta = pq.ParquetFile(fh).metadata
-            largest = max((meta.row_group(i).num_rows for i in range(meta.num_row_groups)), default=0)
+        first, footer = _first_footer(urlpath)
     except Exception:  # unreadable footers fail the read itself, with its own message
-        return
+        return ddf
+    _warn_of_large_row_groups(first, footer)
+    # the files' column order (Dask puts a stored index first), then any column Dask adds (a hive
+    # partition's)
+    names = [c for c in footer.schema.to_arrow_schema().names if c in ddf.columns]
+    order = names + [c for c in ddf.columns if c not in set(names)]
+    return ddf if order == list(ddf.columns) else ddf[order]
+
+
+def _warn_of_large_row_groups(name, footer):
+    """Log a warning if the Parquet file ``name`` (its ``footer``) has a row group of more than
+    :data:`LARGE_ROW_GROUP` rows."""
+    largest = max((footer.row_group(i).num_rows for i in range(footer.num_row_groups)), default=0)
     if largest > LARGE_ROW_GROUP:
         log.warning("input file %s has a row group of %s rows; a row group is never split: one task reads "
                     "and holds it whole. If workers run out of memory, rewrite the input with row groups of "
-                    "at most about a million rows (pyarrow's row_group_size)", names[0], f"{largest:,}")
+                    "at most about a million rows (pyarrow's row_group_size)", name, f"{largest:,}")
 
 
 # --- atomic commit --------------------------------------------------------------------------------

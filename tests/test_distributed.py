@@ -382,6 +382,25 @@ def test_a_hive_partitioned_input_keeps_its_partition_column(tmp_path):
     assert_k_anonymous(got, ["q0", "q1"], 3)
 
 
+def test_a_column_pandas_stored_as_its_index_is_released(tmp_path):
+    """``df.to_parquet`` of a frame with a named index stores the index as a column (last): it is a
+    column of the input like any other, released unchanged in its place (it used to be dropped)."""
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(6)
+    n = 3000
+    df = pd.DataFrame({"q0": rng.normal(size=n), "q1": rng.normal(size=n), "v": rng.integers(0, 9, n)},
+                      index=pd.Index(np.arange(n) * 10, name="rowkey"))
+    df.to_parquet(tmp_path / "indexed.parquet")
+    out = tmp_path / "release"
+    microagg_cli("anonymize", tmp_path / "indexed.parquet", out, "--k", 3, "--qi", "q0,q1", "--no-evaluate",
+                 "--scheduler", "synchronous", check=True)
+    released = pq.read_table(out)
+    assert released.column_names == pq.read_schema(tmp_path / "indexed.parquet").names == ["q0", "q1", "v", "rowkey"]
+    assert released.column("rowkey").to_pylist() == df.index.tolist()
+    assert released.column("v").to_pylist() == df["v"].tolist()
+
+
 def test_gate_refuses_blocked_release_from_broken_partitioner(tmp_path, data, broken_method):
     from microagg.pipeline.errors import ReleaseGateError
     from microagg.pipeline.release import ReleaseOptions, run
