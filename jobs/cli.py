@@ -97,7 +97,8 @@ def _add_anonymize(sub):
     p.add_argument("--stitch", default="light", choices=("fast", "light", "deep"),
                    help="how hard the groups across split planes are re-solved: light (default), fast (narrower "
                         "bands, fewer candidate groups: about a third less CPU in the block tasks, about 4.5%% more "
-                        "loss, above global MDAV's at 1M rows) or deep (wider bands, more sweeps, windows also re-partitioned: lower loss, slower)")
+                        "loss, above global MDAV's at 1M rows) or deep (wider bands, more sweeps, windows also "
+                        "re-partitioned: lower loss, slower)")
     methods = p.add_argument_group("method and refinement options (only where the method / refinement takes them)")
     methods.add_argument("--grow", choices=("nn", "nc"), default=None,
                          help="group growth: nn (a record and its k-1 nearest; classic) or nc (add the record "

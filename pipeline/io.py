@@ -80,12 +80,6 @@ def _first_footer(urlpath):
         return names[0], pq.ParquetFile(fh).metadata
 
 
-def parquet_schema(path):
-    """The Arrow schema of a Parquet input (its first file's footer), or None for CSV."""
-    fmt, urlpath = resolve_input(path)
-    return _first_footer(urlpath)[1].schema.to_arrow_schema() if fmt == "parquet" else None
-
-
 def output_schema(input_schema, columns, qi, text=()):
     """The Arrow types a release is written with, for Dask's ``to_parquet(schema=...)``: every column
     of the input file's type (a dictionary-encoded, nullable-integer, date or narrow column comes out
@@ -126,10 +120,16 @@ task reads it whole."""
 def read_input(path, blocksize="64MB"):
     """A Dask DataFrame over the input; nothing is computed (schema only). CSV is read in blocks of
     ``blocksize`` bytes, Parquet in partitions of whole row groups up to :data:`PARQUET_BLOCKSIZE`."""
+    return read_input_and_schema(path, blocksize)[0]
+
+
+def read_input_and_schema(path, blocksize="64MB"):
+    """:func:`read_input`, and the Arrow schema of a Parquet input's first file (None for CSV, or if
+    its footer cannot be read): the types :func:`output_schema` keeps."""
     fmt, urlpath = resolve_input(path)
     try:
         if fmt == "csv":
-            return dd.read_csv(urlpath, blocksize=blocksize)
+            return dd.read_csv(urlpath, blocksize=blocksize), None
         # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
         # column like any other, released unchanged, not an index the write would drop
         ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False)
@@ -138,13 +138,14 @@ def read_input(path, blocksize="64MB"):
     try:
         first, footer = _first_footer(urlpath)
     except Exception:  # unreadable footers fail the read itself, with its own message
-        return ddf
+        return ddf, None
     _warn_of_large_row_groups(first, footer)
+    schema = footer.schema.to_arrow_schema()
     # the files' column order (Dask puts a stored index first), then any column Dask adds (a hive
     # partition's)
-    names = [c for c in footer.schema.to_arrow_schema().names if c in ddf.columns]
-    order = names + [c for c in ddf.columns if c not in set(names)]
-    return ddf if order == list(ddf.columns) else ddf[order]
+    names = [c for c in schema.names if c in ddf.columns]
+    order = names + [c for c in ddf.columns if c not in schema.names]
+    return (ddf if order == list(ddf.columns) else ddf[order]), schema
 
 
 def _warn_of_large_row_groups(name, footer):

@@ -1340,7 +1340,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     """
     timings = Timings()
     with timings.stage("read"):
-        ddf = io.read_input(input_path)
+        ddf, input_schema = io.read_input_and_schema(input_path)
     with timings.stage("validate"):
         columns = plan(ddf, options)  # fail on bad options before touching the output location
         page = html_path(output, report_path) if html else None
@@ -1357,7 +1357,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
                                                "stitch", "aggregate", "order", "seed", "noise", "epsilon",
                                                "release_where",
                                                "quasi_identifiers", "information_loss", "version")}
-            schema = io.output_schema(io.parquet_schema(input_path), released.columns, report["quasi_identifiers"],
+            schema = io.output_schema(input_schema, released.columns, report["quasi_identifiers"],
                                       report["identifiers_hashed"])
             released.to_parquet(
                 tmp,
