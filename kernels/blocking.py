@@ -63,18 +63,35 @@ def rows_equal_first(X, codes, first):
     return True
 
 
+ROUTE_BATCH = 8
+"""Rows that descend the split tree side by side. One row's descent is a chain of dependent dot
+products and branches; eight independent chains keep the core busy (route_raw on 1M rows x 13
+columns, 8,192 leaves: 0.108 s against 0.255 s one row at a time; 4 rows 0.120 s, 16 or more 0.11 s)."""
+
+
 @inline_jit
-def _descend(Z, i, directions, thresholds, left, right):
-    """Leaf id of row ``i`` of ``Z`` in the split tree (see :func:`route`)."""
-    node = 0
-    while True:
-        p = 0.0
-        for j in range(Z.shape[1]):
-            p += Z[i, j] * directions[node, j]
-        nxt = left[node] if p <= thresholds[node] else right[node]
-        if nxt < 0:
-            return -1 - nxt
-        node = nxt
+def _descend(Z, first, m, directions, thresholds, left, right, node, leaves, out):
+    """Leaf ids of rows ``first..first + m - 1`` of ``Z`` into ``leaves[out..out + m - 1]`` (see
+    :func:`route`), the rows descending side by side; ``node``: scratch of at least m ints."""
+    for r in range(m):
+        node[r] = 0
+    active = m
+    while active > 0:
+        active = 0
+        for r in range(m):
+            t = node[r]
+            if t < 0:
+                continue
+            p = 0.0
+            for j in range(Z.shape[1]):
+                p += Z[first + r, j] * directions[t, j]
+            nxt = left[t] if p <= thresholds[t] else right[t]
+            if nxt < 0:
+                leaves[out + r] = -1 - nxt
+                node[r] = -1
+            else:
+                node[r] = nxt
+                active += 1
 
 
 @jit
@@ -86,9 +103,12 @@ def route(Z, directions, thresholds, left, right):
     columns in order, so a row is routed the same way wherever it is processed.
     """
     n = Z.shape[0]
-    leaves = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        leaves[i] = _descend(Z, i, directions, thresholds, left, right)
+    leaves = np.zeros(n, dtype=np.int64)
+    if thresholds.shape[0] == 0:
+        return leaves
+    node = np.empty(ROUTE_BATCH, dtype=np.int64)
+    for start in range(0, n, ROUTE_BATCH):
+        _descend(Z, start, min(ROUTE_BATCH, n - start), directions, thresholds, left, right, node, leaves, start)
     return leaves
 
 
@@ -105,12 +125,15 @@ def route_raw(X, mean, std, directions, thresholds, left, right):
     leaves = np.zeros(n, dtype=np.int64)
     if thresholds.shape[0] == 0:
         return leaves
-    z = np.empty((1, d))
-    for i in range(n):
-        for j in range(d):
-            v = (X[i, j] - mean[j]) / scale[j]
-            z[0, j] = 0.0 if np.isnan(v) else v
-        leaves[i] = _descend(z, 0, directions, thresholds, left, right)
+    z = np.empty((ROUTE_BATCH, d))
+    node = np.empty(ROUTE_BATCH, dtype=np.int64)
+    for start in range(0, n, ROUTE_BATCH):
+        m = min(ROUTE_BATCH, n - start)
+        for r in range(m):
+            for j in range(d):
+                v = (X[start + r, j] - mean[j]) / scale[j]
+                z[r, j] = 0.0 if np.isnan(v) else v
+        _descend(z, 0, m, directions, thresholds, left, right, node, leaves, start)
     return leaves
 
 

@@ -344,3 +344,21 @@ def split_tree(Z, fraction, block_size, one_block_rows, min_child, fixed=None):
     d = Z.shape[1]
     return (np.array(directions).reshape(-1, d), np.array(thresholds), np.array(left, dtype=np.int64),
             np.array(right, dtype=np.int64), np.array(estimates), n_leaves)
+
+
+def route(Z, directions, thresholds, left, right):
+    """Leaf of each row of ``Z`` in a split tree, one row at a time (the dot product summed over the
+    columns in order, as the kernel does)."""
+    leaves = np.zeros(len(Z), dtype=np.int64)
+    for i, z in enumerate(Z):
+        node = 0
+        while len(thresholds):
+            p = 0.0
+            for j in range(len(z)):
+                p += float(z[j]) * float(directions[node, j])
+            nxt = left[node] if p <= thresholds[node] else right[node]
+            if nxt < 0:
+                leaves[i] = -1 - nxt
+                break
+            node = nxt
+    return leaves

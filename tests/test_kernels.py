@@ -466,6 +466,35 @@ def test_grow_tree_matches_the_recursive_reference(n, d, fraction, block_size, f
 
 
 @FAST
+@given(st.integers(0, 300), st.integers(1, 5), st.integers(1, 40), st.integers(0, 2**32 - 1))
+def test_routing_equals_one_row_at_a_time(n, d, n_nodes, seed):
+    """The kernels descend several rows side by side: every row still reaches the leaf a plain
+    descent gives, in trees of uneven depth and for any number of rows."""
+    rng = np.random.default_rng(seed)
+    Z = rng.normal(size=(n, d))
+    # a random binary tree: each new node hangs off a free child slot of an earlier one
+    left = np.full(n_nodes, -1, dtype=np.int64)
+    right = np.full(n_nodes, -1, dtype=np.int64)
+    for node in range(1, n_nodes):
+        slots = [(p, side) for p in range(node) for side, kids in enumerate((left, right)) if kids[p] == -1]
+        p, side = slots[rng.integers(len(slots))]
+        (left, right)[side][p] = node
+    n_leaves = 0
+    for p in range(n_nodes):  # the free slots become leaves, numbered in node order
+        for kids in (left, right):
+            if kids[p] == -1:
+                kids[p] = -1 - n_leaves
+                n_leaves += 1
+    directions = rng.normal(size=(n_nodes, d))
+    thresholds = rng.normal(size=n_nodes) * 0.5
+    want = naive.route(Z, directions, thresholds, left, right)
+    assert np.array_equal(kernels.route(Z, directions, thresholds, left, right), want)
+    assert np.array_equal(kernels.route_raw(Z * 2.0, np.zeros(d), np.full(d, 2.0), directions, thresholds,
+                                            left, right), want)
+    assert want.max(initial=0) < n_leaves
+
+
+@FAST
 @given(st.integers(1, 400), st.integers(1, 6), st.integers(0, 2**32 - 1), st.booleans())
 def test_routing_raw_rows_is_routing_their_z_scores(n, d, seed, fortran):
     """The route tasks' kernel standardizes row by row: every row reaches the leaf its standardized
