@@ -203,22 +203,15 @@ def _float_matrix(part, qi, which):
         raise
 
 
-def _extremes(X):
-    """Each column's smallest and largest value (NaN skipped; ``+inf, -inf`` for none)."""
-    return np.fmin.reduce(X, axis=0, initial=np.inf), np.fmax.reduce(X, axis=0, initial=-np.inf)
-
-
 def _original_pass(part, qi):
     X = _float_matrix(part, qi, "original")
-    return len(part), stats.chunk(X), *_extremes(X)
+    sums = stats.chunk(X)
+    return len(part), sums, sums.lo, sums.hi
 
 
 def _masked_pass(part, qi):
-    X = _float_matrix(part, qi, "masked")
-    A = np.abs(X)
-    infinite = A == np.inf
-    return (len(part), np.isnan(A).sum(axis=0), infinite.sum(axis=0), ((A > HUGE) & ~infinite).sum(axis=0),
-            *_extremes(X))
+    sums = stats.chunk(_float_matrix(part, qi, "masked"))  # its counts of unusable values and extremes
+    return len(part), sums.nans, sums.infs, sums.huge, sums.lo, sums.hi
 
 
 def _compute(*objs):

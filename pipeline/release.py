@@ -186,14 +186,8 @@ def _partition_sums(part, qi, weights=None, strata=()):
     evidence = partition_counts(part, strata, qi) if strata else None
     empty = int(np.isnan(X).all(axis=1).sum()) if X.shape[1] and sums.nans.any() else 0  # rows with no observed QI
     # the complete rows' centred cross-products (the reported covariance, the report's correlations)
-    # and each column's observed extremes (the report's histogram edges)
-    if clean:
-        lo = X.min(axis=0, initial=np.inf)
-        hi = X.max(axis=0, initial=-np.inf)
-    else:
-        lo = np.fmin.reduce(X, axis=0, initial=np.inf)  # fmin / fmax skip NaN
-        hi = np.fmax.reduce(X, axis=0, initial=-np.inf)
-    return sums, *_comoments(F), bad, evidence, empty, lo, hi
+    # and each column's observed extremes (the report's histogram edges, found by the exact sums)
+    return sums, *_comoments(F), bad, evidence, empty, sums.lo, sums.hi
 
 
 def _comoments(A):

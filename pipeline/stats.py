@@ -26,11 +26,13 @@ class ColumnSums:
     nans: np.ndarray
     infs: np.ndarray
     huge: np.ndarray    # values beyond kernels.stats.HUGE, refused by validation
+    lo: np.ndarray      # each column's smallest value (NaN skipped; +inf for none)
+    hi: np.ndarray      # and largest (-inf for none)
 
 
 def chunk(X):
     """Exact sums of one ``(n, d)`` float64 block."""
-    sums, squares, nans, infs, huge = exact_column_sums(np.ascontiguousarray(X, dtype=np.float64))
+    sums, squares, nans, infs, huge, lo, hi = exact_column_sums(np.ascontiguousarray(X, dtype=np.float64))
     return ColumnSums(
         X.shape[0],
         [_exact(words, SUM_BIAS) for words in sums],
@@ -38,6 +40,8 @@ def chunk(X):
         nans,
         infs,
         huge,
+        lo,
+        hi,
     )
 
 
@@ -56,6 +60,8 @@ def combine(parts):
         np.sum([p.nans for p in parts], axis=0),
         np.sum([p.infs for p in parts], axis=0),
         np.sum([p.huge for p in parts], axis=0),
+        np.min([p.lo for p in parts], axis=0),
+        np.max([p.hi for p in parts], axis=0),
     )
 
 

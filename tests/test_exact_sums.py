@@ -94,6 +94,9 @@ def assert_exact(X):
         assert got.sums[j] == s, f"column {j}: sum"
         assert got.squares[j] == q, f"column {j}: sum of squares"
         assert (got.nans[j], got.infs[j], got.huge[j]) == (nans, infs, huge), f"column {j}: counts"
+        finite_or_not = [v for v in col if not math.isnan(v)]  # NaN skipped, infinities and huge values kept
+        assert got.lo[j] == min(finite_or_not, default=math.inf), f"column {j}: smallest value"
+        assert got.hi[j] == max(finite_or_not, default=-math.inf), f"column {j}: largest value"
 
 
 def assert_same_bits(a, b):
@@ -261,3 +264,5 @@ def test_block_boundaries(n):
     assert_exact(X)
     halves = stats.combine([stats.chunk(X[: n // 3]), stats.chunk(X[n // 3:])])
     assert_same_bits(stats.finalize(halves), reference_stats(X))
+    np.testing.assert_array_equal(halves.lo, X.min(axis=0))
+    np.testing.assert_array_equal(halves.hi, X.max(axis=0))
