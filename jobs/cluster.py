@@ -25,17 +25,39 @@ def default_workers():
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-def trim_freed_memory(threshold=65536):
-    """Have glibc return freed memory to the system promptly (what Dask's nanny sets for its worker
-    processes through ``MALLOC_TRIM_THRESHOLD_``). For workers running as threads of this process:
-    measured at 10M rows, the peak RSS drops from 4.05 to 3.20 GiB. No-op off glibc."""
+ALLOCATOR_THRESHOLDS = {"MALLOC_MMAP_THRESHOLD_": 16 * 2**20, "MALLOC_TRIM_THRESHOLD_": 32 * 2**20}
+"""glibc's allocator settings for the workers. Dask's nanny starts worker processes with
+``MALLOC_TRIM_THRESHOLD_=65536``, which also fixes the threshold above which every allocation gets
+fresh pages from the kernel (``mmap``) at its default 128 KiB: each large array was then zeroed by
+page faults (3.4M of them at 10M rows, 9.4 s of system time). Measured at 10M rows
+(BENCHMARKS.md, "Sixteenth session"): workers as threads 34.4-35.0 s with a trim threshold of
+64 KiB, 31.6 s with these (peak RSS 3.53 against 3.58 GB); two worker processes 45.3 -> 36.6 s."""
+
+_MALLOPT_PARAMETERS = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}  # glibc's M_* codes
+
+
+def allocator_settings():
+    """:data:`ALLOCATOR_THRESHOLDS`, each overridden by the environment variable of its name if set."""
+    return {name: int(os.environ.get(name, value)) for name, value in ALLOCATOR_THRESHOLDS.items()}
+
+
+def tune_allocator(processes):
+    """Apply :func:`allocator_settings`: to this process (``mallopt``, for workers as its threads;
+    a variable set in the environment already applies), or, for worker processes, as the Dask
+    configuration that sets their environment. Returns that configuration (empty for threads)."""
+    settings = allocator_settings()
+    if processes:
+        return {f"distributed.nanny.pre-spawn-environ.{name}": str(value) for name, value in settings.items()}
     try:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-1, threshold)  # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):
+        for name, value in settings.items():
+            if name not in os.environ:
+                libc.mallopt(_MALLOPT_PARAMETERS[name], value)
+    except (OSError, AttributeError):  # not glibc
         pass
+    return {}
 
 
 # An idle worker process with microagg's kernels loaded holds about 275 MiB (measured: the report's
@@ -151,16 +173,14 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
         n, threads_per_worker = local_shape(processes, workers, threads_per_worker)
         log.info("starting a local Dask cluster: %d worker %s x %d thread(s)", n,
                  "process(es)" if processes else "(threads of this process)", threads_per_worker)
-        if not processes:
-            trim_freed_memory()
         with dask.config.set({"distributed.comm.timeouts.connect": PEER_CONNECT_TIMEOUT,
-                              **memory_thresholds(memory_limit, threads_per_worker)}):
+                              **memory_thresholds(memory_limit, threads_per_worker), **tune_allocator(processes)}):
             cluster = LocalCluster(  # worker processes take the configuration they start with
                 n_workers=n,
                 threads_per_worker=threads_per_worker,
                 processes=processes,
                 memory_limit=memory_limit,
-                dashboard_address=":0" if _has_dashboard() else None,
+                dashboard_address=":0",  # a free port: never the 8787 of another Dask on the host
                 silence_logs=logging.DEBUG if log.isEnabledFor(logging.DEBUG) else logging.ERROR,
             )
         try:
@@ -268,14 +288,6 @@ def _quiet_workers(client):
 
 
 QUIET_TIMEOUT = 5.0
-
-
-def _has_dashboard():
-    try:
-        import bokeh  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _peak_rss():

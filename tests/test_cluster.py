@@ -95,6 +95,26 @@ def test_the_embedded_process_cluster_silences_its_workers_before_shutting_them_
     assert set(levels[0].values()) == {logging.CRITICAL + 1}
 
 
+def _allocator_environment():
+    from microagg.jobs import cluster
+
+    return {name: os.environ.get(name) for name in cluster.ALLOCATOR_THRESHOLDS}
+
+
+def test_the_embedded_process_cluster_starts_its_workers_with_the_allocator_settings(monkeypatch):
+    """Dask's nanny would start them with a 64 KiB trim threshold (every large array then page-faulted
+    afresh); a variable the user set wins."""
+    from microagg.jobs import cluster
+
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1048576")
+    assert cluster.allocator_settings() == {"MALLOC_MMAP_THRESHOLD_": 16 * 2**20, "MALLOC_TRIM_THRESHOLD_": 2**20}
+    with cluster.dask_client(workers=1, threads_per_worker=1, processes=True, memory_limit="1GiB") as client:
+        (env,) = client.run(_allocator_environment).values()
+    assert env == {"MALLOC_MMAP_THRESHOLD_": str(16 * 2**20), "MALLOC_TRIM_THRESHOLD_": "1048576"}
+    assert cluster.tune_allocator(processes=False) == {}  # workers as threads: set in this process
+
+
 def test_the_cli_gives_arrow_the_system_allocator_unless_told_otherwise(monkeypatch):
     import pyarrow
 

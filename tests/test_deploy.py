@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from microagg.jobs.cluster import PEER_CONNECT_TIMEOUT
+from microagg.jobs.cluster import ALLOCATOR_THRESHOLDS, PEER_CONNECT_TIMEOUT
 
 from conftest import CENSUS_CSV, ROOT, assert_k_anonymous, cluster_address, stop_processes
 
@@ -498,6 +498,25 @@ def test_every_way_of_starting_workers_gives_arrow_the_system_allocator():
         assert setting.findall(path.read_text()) == ["system"], rel(path)
 
 
+def test_every_way_of_starting_workers_sets_the_allocator_thresholds():
+    """Worker processes deploy/ starts get the CLI's glibc allocator settings through Dask's nanny
+    (jobs/cluster.py: ALLOCATOR_THRESHOLDS), in a form Dask's configuration reads."""
+    literal = re.compile(r"'(\{\"MALLOC_[^']*\})'")
+    for path in (DEPLOY / "Dockerfile", DEPLOY / "plain" / "start-worker.sh",
+                 DEPLOY / "slurm" / "microagg-export.sbatch", DEPLOY / "slurm" / "jobqueue_export.py"):
+        text = path.read_text()
+        assert "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON" in text, rel(path)
+        (value,) = literal.findall(text)
+        assert json.loads(value) == ALLOCATOR_THRESHOLDS, rel(path)
+    # as a worker's nanny reads the variable: merged into Dask's defaults, which keep their other variables
+    show = "import dask, distributed, json; print(json.dumps(dask.config.get('distributed.nanny.pre-spawn-environ')))"
+    proc = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, check=True, timeout=60,
+                          env={**os.environ, "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON": value})
+    environ = json.loads(proc.stdout)
+    assert {name: environ[name] for name in ALLOCATOR_THRESHOLDS} == ALLOCATOR_THRESHOLDS
+    assert environ["OMP_NUM_THREADS"] == 1
+
+
 @pytest.mark.slow
 def test_warm_up_compiles_every_kernel():
     """What the image build runs (`--strict` fails the build when a new kernel is not warmed up)."""
@@ -581,7 +600,9 @@ def test_plain_recipe_runs_anonymize_on_the_cluster(tmp_path, plain_cluster):
 
     with Client(plain_cluster, timeout="30s") as client:  # the workers took start-worker.sh's setting
         timeouts = client.run(lambda: __import__("dask").config.get("distributed.comm.timeouts.connect"))
+        allocator = client.run(lambda: {name: os.environ.get(name) for name in ALLOCATOR_THRESHOLDS})
     assert sorted(timeouts.values()) == [PEER_CONNECT_TIMEOUT] * 2
+    assert list(allocator.values()) == [{name: str(v) for name, v in ALLOCATOR_THRESHOLDS.items()}] * 2
 
 
 def _processes_mentioning(text):

@@ -22,6 +22,11 @@ fi
 export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="${DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT:-10s}"
 # Arrow's buffers from malloc: a fresh process reads Parquet faster (jobs/cluster.py: use_system_allocator)
 export ARROW_DEFAULT_MEMORY_POOL="${ARROW_DEFAULT_MEMORY_POOL:-system}"
+# glibc's allocator in the worker process Dask's nanny starts: fresh pages from the kernel only for
+# arrays above 16 MiB, freed memory kept up to 32 MiB (Dask's default, 64 KiB, page-faults every
+# large array afresh; jobs/cluster.py: {"MALLOC_MMAP_THRESHOLD_": 16777216, "MALLOC_TRIM_THRESHOLD_": 33554432}ATOR_THRESHOLDS)
+allocator='{"MALLOC_MMAP_THRESHOLD_": 16777216, "MALLOC_TRIM_THRESHOLD_": 33554432}'
+export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON="${DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON:-$allocator}"
 
 exec "${DASK:-dask}" worker \
     --nthreads "${NTHREADS:-$(nproc)}" \

@@ -24,6 +24,10 @@ import tempfile
 from pathlib import Path
 
 DEPLOY = Path(__file__).resolve().parent.parent
+# glibc's allocator in the worker processes: fresh pages from the kernel only for arrays above 16 MiB,
+# freed memory kept up to 32 MiB (Dask's default page-faults every large array afresh;
+# jobs/cluster.py: ALLOCATOR_THRESHOLDS)
+ALLOCATOR = '{"MALLOC_MMAP_THRESHOLD_": 16777216, "MALLOC_TRIM_THRESHOLD_": 33554432}'
 
 
 def parse_args(argv=None):
@@ -74,6 +78,7 @@ def main(argv=None):
             "export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=10s",
             # Arrow's buffers from malloc: a fresh process reads Parquet faster (jobs/cluster.py)
             "export ARROW_DEFAULT_MEMORY_POOL=system",
+            f"export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON='{ALLOCATOR}'",
         ],
         local_directory=args.local_directory,
         log_directory=args.log_directory,
