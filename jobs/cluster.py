@@ -33,19 +33,29 @@ page faults (3.4M of them at 10M rows, 9.4 s of system time). Measured at 10M ro
 (BENCHMARKS.md, "Sixteenth session"): workers as threads 34.4-35.0 s with a trim threshold of
 64 KiB, 31.6 s with these (peak RSS 3.53 against 3.58 GB); two worker processes 45.3 -> 36.6 s."""
 
+FRUGAL_THRESHOLDS = {"MALLOC_TRIM_THRESHOLD_": 65536}
+"""Dask's own setting, kept for workers with less than :data:`ROOMY_WORKER` of memory: with 1.5 GiB
+per worker the thresholds above kept more memory (peak 1.38 against 1.07 GiB at 30M rows), so the
+job spilled more and took 310 s instead of 263."""
+
+ROOMY_WORKER = 4 * 2**30
+
 _MALLOPT_PARAMETERS = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}  # glibc's M_* codes
 
 
-def allocator_settings():
-    """:data:`ALLOCATOR_THRESHOLDS`, each overridden by the environment variable of its name if set."""
-    return {name: int(os.environ.get(name, value)) for name, value in ALLOCATOR_THRESHOLDS.items()}
+def allocator_settings(memory_limit="auto"):
+    """:data:`ALLOCATOR_THRESHOLDS`, or :data:`FRUGAL_THRESHOLDS` for workers whose ``memory_limit``
+    is below :data:`ROOMY_WORKER`; each overridden by the environment variable of its name if set."""
+    limit = limit_bytes(memory_limit)
+    thresholds = FRUGAL_THRESHOLDS if limit and limit < ROOMY_WORKER else ALLOCATOR_THRESHOLDS
+    return {name: int(os.environ.get(name, value)) for name, value in thresholds.items()}
 
 
-def tune_allocator(processes):
+def tune_allocator(processes, memory_limit="auto"):
     """Apply :func:`allocator_settings`: to this process (``mallopt``, for workers as its threads;
     a variable set in the environment already applies), or, for worker processes, as the Dask
     configuration that sets their environment. Returns that configuration (empty for threads)."""
-    settings = allocator_settings()
+    settings = allocator_settings(memory_limit)
     if processes:
         return {f"distributed.nanny.pre-spawn-environ.{name}": str(value) for name, value in settings.items()}
     try:
@@ -93,16 +103,21 @@ tasks read a whole 1M-row input file and route it or write it, about 0.45 GiB at
 (BENCHMARKS.md, "Tight memory limit")."""
 
 
+def limit_bytes(memory_limit):
+    """A worker's ``memory_limit`` (``"auto"``, a size, or bytes) in bytes; 0 for none or "auto"."""
+    from dask.utils import parse_bytes
+
+    if memory_limit in ("auto", None, 0):
+        return 0
+    return memory_limit if isinstance(memory_limit, int) else parse_bytes(memory_limit)
+
+
 def memory_thresholds(memory_limit, threads_per_worker):
     """Dask's spill thresholds (config keys) for workers of ``memory_limit`` (``"auto"``, a size, or
     bytes): its defaults, spill at 70% of the limit down to 60%, unless they leave a running task
     less than :data:`TASK_HEADROOM` per thread below 95%, where the nanny restarts the worker (at
     1.5 GiB, one thread: spill at 61.6%, down to 51.6%). Empty for no limit or "auto"."""
-    from dask.utils import parse_bytes
-
-    if memory_limit in ("auto", None, 0):
-        return {}
-    limit = memory_limit if isinstance(memory_limit, int) else parse_bytes(memory_limit)
+    limit = limit_bytes(memory_limit)
     if not limit:
         return {}
     spill = math.floor(1000 * min(0.7, max(0.4, 0.95 - TASK_HEADROOM * threads_per_worker / limit))) / 1000
@@ -174,7 +189,8 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
         log.info("starting a local Dask cluster: %d worker %s x %d thread(s)", n,
                  "process(es)" if processes else "(threads of this process)", threads_per_worker)
         with dask.config.set({"distributed.comm.timeouts.connect": PEER_CONNECT_TIMEOUT,
-                              **memory_thresholds(memory_limit, threads_per_worker), **tune_allocator(processes)}):
+                              **memory_thresholds(memory_limit, threads_per_worker),
+                              **tune_allocator(processes, memory_limit)}):
             cluster = LocalCluster(  # worker processes take the configuration they start with
                 n_workers=n,
                 threads_per_worker=threads_per_worker,

@@ -109,10 +109,20 @@ def test_the_embedded_process_cluster_starts_its_workers_with_the_allocator_sett
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1048576")
     assert cluster.allocator_settings() == {"MALLOC_MMAP_THRESHOLD_": 16 * 2**20, "MALLOC_TRIM_THRESHOLD_": 2**20}
-    with cluster.dask_client(workers=1, threads_per_worker=1, processes=True, memory_limit="1GiB") as client:
+    with cluster.dask_client(workers=1, threads_per_worker=1, processes=True, memory_limit="8GiB") as client:
         (env,) = client.run(_allocator_environment).values()
     assert env == {"MALLOC_MMAP_THRESHOLD_": str(16 * 2**20), "MALLOC_TRIM_THRESHOLD_": "1048576"}
     assert cluster.tune_allocator(processes=False) == {}  # workers as threads: set in this process
+    # a worker with little memory keeps Dask's frugal setting (it spilled less at 1.5 GiB); Dask's
+    # nanny left the variables it gave the workers in this process's environment (monkeypatch
+    # restores them at the end)
+    for name in cluster.ALLOCATOR_THRESHOLDS:
+        monkeypatch.delenv(name, raising=False)
+    assert cluster.allocator_settings("1.5GiB") == {"MALLOC_TRIM_THRESHOLD_": 65536}
+    assert cluster.allocator_settings(8 * 2**30) == cluster.ALLOCATOR_THRESHOLDS
+    with cluster.dask_client(workers=1, threads_per_worker=1, processes=True, memory_limit="1GiB") as client:
+        (env,) = client.run(_allocator_environment).values()
+    assert env == {"MALLOC_MMAP_THRESHOLD_": None, "MALLOC_TRIM_THRESHOLD_": "65536"}
 
 
 def test_the_cli_gives_arrow_the_system_allocator_unless_told_otherwise(monkeypatch):
