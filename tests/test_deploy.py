@@ -544,7 +544,10 @@ def plain_cluster(tmp_path_factory):
     each); terminated at the end whatever happens (the scripts exec dask, so the pids are dask's)."""
     root = tmp_path_factory.mktemp("plain")
     info = root / "scheduler.json"
-    env = {**os.environ, "DASK": str(DASK), "SCHEDULER_PORT": "0", "DASHBOARD_ADDRESS": "127.0.0.1:0",
+    # a fresh shell's environment: without the MALLOC_* variables the nannies of earlier tests'
+    # clusters left in this process's (Dask sets them here before it starts a worker process)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")},
+           "DASK": str(DASK), "SCHEDULER_PORT": "0", "DASHBOARD_ADDRESS": "127.0.0.1:0",
            "NTHREADS": "1", "MEMORY_LIMIT": "2GiB", "LOCAL_DIRECTORY": str(root)}
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env}
     procs = [subprocess.Popen([str(DEPLOY / "plain" / "start-scheduler.sh"), "--host", "127.0.0.1",
