@@ -70,6 +70,28 @@ def tune_allocator(processes, memory_limit="auto"):
     return {}
 
 
+def _allocator_environment():
+    """Run on a worker: its glibc allocator variables (None where unset)."""
+    return {name: os.environ.get(name) for name in ALLOCATOR_THRESHOLDS}
+
+
+def faults_pages(environment, memory_limit):
+    """Whether a worker with this allocator ``environment`` (:func:`_allocator_environment`) and
+    ``memory_limit`` (bytes, 0 for none) page-faults its large arrays for nothing: a trim threshold
+    without an mmap threshold (Dask's nanny default) fixes glibc's mmap threshold at 128 KiB, and the
+    worker has the memory for :data:`ALLOCATOR_THRESHOLDS`."""
+    roomy = not memory_limit or memory_limit >= ROOMY_WORKER
+    return (roomy and environment.get("MALLOC_TRIM_THRESHOLD_") is not None
+            and environment.get("MALLOC_MMAP_THRESHOLD_") is None)
+
+
+def page_faulting_workers(client):
+    """Addresses of the cluster's workers for which :func:`faults_pages` holds."""
+    limits = {address: w.get("memory_limit") or 0 for address, w in client.scheduler_info()["workers"].items()}
+    return sorted(address for address, environment in client.run(_allocator_environment).items()
+                  if faults_pages(environment, limits.get(address, 0)))
+
+
 # An idle worker process with microagg's kernels loaded holds about 275 MiB (measured: the report's
 # worker peak RSS after a census job, --processes --workers 1). Dask pauses a worker at 80% of its
 # limit and restarts it at 95%: below this floor a worker would stall or restart before any task.
@@ -277,6 +299,12 @@ def check_workers(client, local=None):
             f"Nothing was written."
         )
     log.info("%d Dask worker(s) run the same microagg, numpy, numba, pandas and pyarrow", len(workers))
+    slow = page_faulting_workers(client)
+    if slow:
+        log.warning("%d of %d Dask worker(s) run with Dask's default allocator setting (MALLOC_TRIM_THRESHOLD_ "
+                    "without MALLOC_MMAP_THRESHOLD_): every large array gets fresh pages from the kernel, which "
+                    "made 10M rows 10-24%% slower here; start the workers with "
+                    "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON as deploy/README.md shows", len(slow), len(workers))
 
 
 def _silence_distributed():

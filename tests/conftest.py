@@ -52,10 +52,10 @@ def cluster_address(scheduler_file, workers):
 
 
 @contextmanager
-def dask_processes(root, workers=2, env=None):
+def dask_processes(root, workers=2, env=None, memory_limit="2GiB"):
     """``dask scheduler`` and ``workers`` single-threaded ``dask worker`` processes (each under a nanny,
-    2 GiB) on 127.0.0.1, as subprocesses: yields the scheduler's address once every worker has joined,
-    stops them all on exit (bounded lifetime). ``env``: the workers' environment."""
+    ``memory_limit``) on 127.0.0.1, as subprocesses: yields the scheduler's address once every worker
+    has joined, stops them all on exit (bounded lifetime). ``env``: the workers' environment."""
     bin_dir = Path(sys.executable).parent
     info = Path(root) / "scheduler.json"
     common = ["--no-dashboard"]
@@ -71,7 +71,7 @@ def dask_processes(root, workers=2, env=None):
         for i in range(workers):
             procs.append(subprocess.Popen(
                 [str(bin_dir / "dask"), "worker", "--scheduler-file", str(info), "--nthreads", "1", "--nworkers", "1",
-                 "--host", "127.0.0.1", "--name", f"w{i}", "--memory-limit", "2GiB", *common],
+                 "--host", "127.0.0.1", "--name", f"w{i}", "--memory-limit", memory_limit, *common],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
         yield cluster_address(info, workers=workers)
     finally:

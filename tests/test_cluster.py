@@ -95,12 +95,6 @@ def test_the_embedded_process_cluster_silences_its_workers_before_shutting_them_
     assert set(levels[0].values()) == {logging.CRITICAL + 1}
 
 
-def _allocator_environment():
-    from microagg.jobs import cluster
-
-    return {name: os.environ.get(name) for name in cluster.ALLOCATOR_THRESHOLDS}
-
-
 def test_the_embedded_process_cluster_starts_its_workers_with_the_allocator_settings(monkeypatch):
     """Dask's nanny would start them with a 64 KiB trim threshold (every large array then page-faulted
     afresh); a variable the user set wins."""
@@ -110,7 +104,7 @@ def test_the_embedded_process_cluster_starts_its_workers_with_the_allocator_sett
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1048576")
     assert cluster.allocator_settings() == {"MALLOC_MMAP_THRESHOLD_": 16 * 2**20, "MALLOC_TRIM_THRESHOLD_": 2**20}
     with cluster.dask_client(workers=1, threads_per_worker=1, processes=True, memory_limit="8GiB") as client:
-        (env,) = client.run(_allocator_environment).values()
+        (env,) = client.run(cluster._allocator_environment).values()
     assert env == {"MALLOC_MMAP_THRESHOLD_": str(16 * 2**20), "MALLOC_TRIM_THRESHOLD_": "1048576"}
     assert cluster.tune_allocator(processes=False) == {}  # workers as threads: set in this process
     # a worker with little memory keeps Dask's frugal setting (it spilled less at 1.5 GiB); Dask's
@@ -121,7 +115,7 @@ def test_the_embedded_process_cluster_starts_its_workers_with_the_allocator_sett
     assert cluster.allocator_settings("1.5GiB") == {"MALLOC_TRIM_THRESHOLD_": 65536}
     assert cluster.allocator_settings(8 * 2**30) == cluster.ALLOCATOR_THRESHOLDS
     with cluster.dask_client(workers=1, threads_per_worker=1, processes=True, memory_limit="1GiB") as client:
-        (env,) = client.run(_allocator_environment).values()
+        (env,) = client.run(cluster._allocator_environment).values()
     assert env == {"MALLOC_MMAP_THRESHOLD_": None, "MALLOC_TRIM_THRESHOLD_": "65536"}
 
 
@@ -139,3 +133,25 @@ def test_the_cli_gives_arrow_the_system_allocator_unless_told_otherwise(monkeypa
     cluster.use_system_allocator()
     assert os.environ[cluster.ARROW_POOL_VARIABLE] == "system"  # for the worker processes it starts
     assert pyarrow.default_memory_pool().backend_name == "system"
+
+
+def test_workers_that_page_fault_for_nothing_are_named(tmp_path, caplog):
+    """Workers started by hand under Dask's nanny default (a 64 KiB trim threshold, no mmap threshold)
+    with the memory for better settings: the CLI says how to start them (a warning, not a refusal)."""
+    import logging
+
+    from distributed import Client
+
+    from microagg.jobs import cluster
+
+    assert cluster.faults_pages({"MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": None}, 0)
+    assert cluster.faults_pages({"MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": None}, 8 * 2**30)
+    assert not cluster.faults_pages({"MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": None}, 2**31)
+    assert not cluster.faults_pages({"MALLOC_TRIM_THRESHOLD_": None, "MALLOC_MMAP_THRESHOLD_": None}, 0)  # no nanny
+    assert not cluster.faults_pages({k: str(v) for k, v in cluster.ALLOCATOR_THRESHOLDS.items()}, 0)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    with dask_processes(tmp_path, workers=1, env=env, memory_limit="8GiB") as address, Client(address) as client:
+        with caplog.at_level(logging.WARNING, logger="microagg"):
+            cluster.check_workers(client)
+        assert len(cluster.page_faulting_workers(client)) == 1
+    assert "1 of 1 Dask worker(s) run with Dask's default allocator setting" in caplog.text
