@@ -40,14 +40,18 @@ job spilled more and took 310 s instead of 263."""
 
 ROOMY_WORKER = 4 * 2**30
 
+
+def roomy(limit):
+    """Whether a worker of ``limit`` bytes (0: no limit) has the memory for :data:`ALLOCATOR_THRESHOLDS`."""
+    return not limit or limit >= ROOMY_WORKER
+
 _MALLOPT_PARAMETERS = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}  # glibc's M_* codes
 
 
 def allocator_settings(memory_limit="auto"):
     """:data:`ALLOCATOR_THRESHOLDS`, or :data:`FRUGAL_THRESHOLDS` for workers whose ``memory_limit``
     is below :data:`ROOMY_WORKER`; each overridden by the environment variable of its name if set."""
-    limit = limit_bytes(memory_limit)
-    thresholds = FRUGAL_THRESHOLDS if limit and limit < ROOMY_WORKER else ALLOCATOR_THRESHOLDS
+    thresholds = ALLOCATOR_THRESHOLDS if roomy(limit_bytes(memory_limit)) else FRUGAL_THRESHOLDS
     return {name: int(os.environ.get(name, value)) for name, value in thresholds.items()}
 
 
@@ -80,8 +84,7 @@ def faults_pages(environment, memory_limit):
     ``memory_limit`` (bytes, 0 for none) page-faults its large arrays for nothing: a trim threshold
     without an mmap threshold (Dask's nanny default) fixes glibc's mmap threshold at 128 KiB, and the
     worker has the memory for :data:`ALLOCATOR_THRESHOLDS`."""
-    roomy = not memory_limit or memory_limit >= ROOMY_WORKER
-    return (roomy and environment.get("MALLOC_TRIM_THRESHOLD_") is not None
+    return (roomy(memory_limit) and environment.get("MALLOC_TRIM_THRESHOLD_") is not None
             and environment.get("MALLOC_MMAP_THRESHOLD_") is None)
 
 

@@ -166,9 +166,9 @@ def _pack(buckets, start, words):
 def exact_column_sums(X):
     """Exact per-column sums of x and x^2 over the finite values, plus counts of unusable values.
 
-    Returns ``(sums, squares, nan_counts, inf_counts, huge_counts, lowest, highest)``. Row ``j`` of ``sums`` (int64,
-    ``(d, 34)``) holds the column's exact sum as a little-endian two's-complement integer scaled by
-    ``2**-SUM_BIAS``; row ``j`` of ``squares`` (``(d, 67)``) its sum of squares scaled by
+    Returns ``(sums, squares, nan_counts, inf_counts, huge_counts, lowest, highest)``. Row ``j`` of
+    ``sums`` (int64, ``(d, 34)``) holds the column's exact sum as a little-endian two's-complement
+    integer scaled by ``2**-SUM_BIAS``; row ``j`` of ``squares`` (``(d, 67)``) its sum of squares scaled by
     ``2**-SQUARE_BIAS``. Values with ``|x| > HUGE`` are counted in ``huge_counts`` and not summed.
     ``lowest`` / ``highest``: each column's smallest and largest value, NaN skipped, infinities and
     huge values counted (``+inf`` / ``-inf`` for a column without any), found in the same pass
@@ -192,19 +192,17 @@ def exact_column_sums(X):
             for j in range(d):
                 b = bits[i, j]
                 magnitude = b & _ABS_BITS
+                if magnitude > _INF_BITS:
+                    nans[j] += 1
+                    continue
+                lo[j] = min(lo[j], X[i, j])
+                hi[j] = max(hi[j], X[i, j])
                 if magnitude > _HUGE_BITS:
-                    if magnitude > _INF_BITS:
-                        nans[j] += 1
-                        continue
                     if magnitude == _INF_BITS:
                         infs[j] += 1
                     else:
                         huge[j] += 1
-                    lo[j] = min(lo[j], X[i, j])
-                    hi[j] = max(hi[j], X[i, j])
                     continue
-                lo[j] = min(lo[j], X[i, j])
-                hi[j] = max(hi[j], X[i, j])
                 biased = magnitude >> 52
                 m = magnitude & _FRACTION_BITS
                 if biased != 0:

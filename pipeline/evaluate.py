@@ -203,15 +203,9 @@ def _float_matrix(part, qi, which):
         raise
 
 
-def _original_pass(part, qi):
-    X = _float_matrix(part, qi, "original")
-    sums = stats.chunk(X)
-    return len(part), sums, sums.lo, sums.hi
-
-
-def _masked_pass(part, qi):
-    sums = stats.chunk(_float_matrix(part, qi, "masked"))  # its counts of unusable values and extremes
-    return len(part), sums.nans, sums.infs, sums.huge, sums.lo, sums.hi
+def _pass(part, qi, which):
+    """A partition's rows and exact column sums (with its counts of unusable values and extremes)."""
+    return len(part), stats.chunk(_float_matrix(part, qi, which))
 
 
 def _compute(*objs):
@@ -252,8 +246,8 @@ def column_statistics(original_parts, masked_parts, qi):
     """One pass over both files' partitions: ``(lengths of the original's, of the masked's, mean, std,
     minimum, maximum)``, after the row-count and finiteness checks; the minimum and maximum of each QI
     over both files are the edges of the report's histograms."""
-    found = _compute(*[delayed(_original_pass, pure=True)(p, qi) for p in original_parts],
-                     *[delayed(_masked_pass, pure=True)(p, qi) for p in masked_parts])
+    found = _compute(*[delayed(_pass, pure=True)(p, qi, "original") for p in original_parts],
+                     *[delayed(_pass, pure=True)(p, qi, "masked") for p in masked_parts])
     first, second = found[:len(original_parts)], found[len(original_parts):]
     lengths_o = [f[0] for f in first]
     lengths_m = [f[0] for f in second]
@@ -261,13 +255,11 @@ def column_statistics(original_parts, masked_parts, qi):
     total = stats.combine([f[1] for f in first]) if first else None
     if total is None or total.rows < 2:
         raise InputError(f"the files have {sum(lengths_o)} row(s); the measures need at least 2")
-    d = len(qi)
-    masked_counts = [np.sum([f[i] for f in second], axis=0) if second else np.zeros(d) for i in (1, 2, 3)]
-    _check_values(qi, [("original", total.nans, total.infs, total.huge), ("masked", *masked_counts)])
+    masked = stats.combine([f[1] for f in second])  # as many rows as the original: not empty
+    _check_values(qi, [("original", total.nans, total.infs, total.huge),
+                       ("masked", masked.nans, masked.infs, masked.huge)])
     mean, std = stats.finalize(total)
-    lo = np.min([f[2] for f in first] + [f[4] for f in second], axis=0)
-    hi = np.max([f[3] for f in first] + [f[5] for f in second], axis=0)
-    return lengths_o, lengths_m, mean, std, lo, hi
+    return lengths_o, lengths_m, mean, std, np.minimum(total.lo, masked.lo), np.maximum(total.hi, masked.hi)
 
 
 # --- stage 3: aligned pieces ------------------------------------------------------------------------------
