@@ -35,6 +35,7 @@ bench: $(DEVSTAMP)
 	$(BIN)/python tests/benchmarks/bench_stats.py
 	$(BIN)/python tests/benchmarks/bench_methods.py target
 	$(BIN)/python tests/benchmarks/bench_methods.py table
+	$(BIN)/python tests/benchmarks/bench_pipeline.py floors --rows 1M,10M
 	$(BIN)/python tests/benchmarks/bench_pipeline.py inprocess --rows 100000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 1000000 --runs 3
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000 --runs 3

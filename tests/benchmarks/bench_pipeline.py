@@ -9,16 +9,22 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py stream --rows 10000000 [--no-html]
     .venv/bin/python tests/benchmarks/bench_pipeline.py evaluate --rows 10000000 [--dld-records 1000000]
     .venv/bin/python tests/benchmarks/bench_pipeline.py quality --rows 1000000
+    .venv/bin/python tests/benchmarks/bench_pipeline.py floors --rows 1M,10M
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
 block_size=...)``, tasks on 2 threads) and through the Dask pipeline (threaded scheduler, 2 threads,
 the release built and computed). Both form the same groups.
 
-``scale``: the floor (Dask alone on a LocalCluster: read the Parquet files, sort by one column, write
-Parquet; the best of three runs) and then ``microagg anonymize`` end to end (the CLI in a subprocess, cluster start
+``scale``: the floor (Dask alone on a LocalCluster of microagg's shape: read the Parquet files, sort by one
+column, write Parquet; the best of three runs), measured twice: on a cluster kept between runs, and as a
+whole job (a fresh interpreter that imports Dask, starts the cluster, runs, shuts down: what microagg's
+figure includes); and then ``microagg anonymize`` end to end (the CLI in a subprocess, cluster start
 included), on the same synthetic extract (person_id, 13 QIs, region, flag: 16 columns), k=5. Prints
-seconds, rows per second, the ratio to the floor, the time per stage, peak RSS per worker and IL.
+seconds, rows per second, the ratios to both floors, the time per stage, peak RSS per worker and IL.
+
+``floors``: the floor alone, kept-cluster and whole-job, on microagg's default shape (one worker process
+of 2 threads) and on ``LocalCluster()``'s default (one worker process per core), at each ``--rows``.
 
 ``sweep``: ``scale`` at every size of ``--rows`` (a comma-separated list), in one run, as one Markdown
 table (BENCHMARKS.md's form): floor, microagg seconds, rows per second, ratio, stage seconds, peak RSS
@@ -53,6 +59,7 @@ import argparse
 import collections
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -301,6 +308,63 @@ def _floor(args, source, out, workers, threads):
         return [run() for _ in range(args.floor_runs)]  # the floor is noisy on a small machine
 
 
+COLD_FLOOR = """
+import sys
+
+import dask.dataframe as dd
+from distributed import Client, LocalCluster
+
+if __name__ == "__main__":
+    source, out, workers, threads, processes, memory_limit = sys.argv[1:]
+    with LocalCluster(n_workers=int(workers), threads_per_worker=int(threads), processes=processes == "yes",
+                      memory_limit=memory_limit, dashboard_address=None) as cluster, Client(cluster) as client:
+        client.compute(dd.read_parquet(source).sort_values("q0").to_parquet(out, write_index=False,
+                                                                            compute=False)).result()
+"""
+"""The floor as a whole job, as microagg's figure is one: a fresh interpreter imports Dask, starts a
+LocalCluster, reads, sorts by one column, writes, shuts the cluster down and exits."""
+
+
+def _cold_floor(args, source, out, workers, threads):
+    """One run of :data:`COLD_FLOOR` in a subprocess, timed from outside as :func:`_anonymize` times the
+    CLI: its seconds (the output removed)."""
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", COLD_FLOOR, str(source), str(out / "floor"), str(workers),
+                           str(threads), "yes" if args.processes else "no", args.memory_limit],
+                          capture_output=True, text=True, timeout=args.timeout)
+    seconds = time.perf_counter() - t
+    shutil.rmtree(out / "floor", ignore_errors=True)
+    if proc.returncode:
+        last = next((line for line in reversed(proc.stderr.splitlines()) if line.strip()), "")
+        raise RuntimeError(f"the floor's process exited with {proc.returncode}: {last}")
+    return seconds
+
+
+def floors(args):
+    """The floor four ways at each ``--rows``: warm (a kept cluster, :func:`_floor_cluster`) and cold
+    (:func:`_cold_floor`), on one worker process of 2 threads (microagg's default shape here) and on 2
+    worker processes of 1 thread (``LocalCluster()``'s default on 2 cores): which of them the issues'
+    planning figures (1M 2.8 s, 10M 14.8 s "with 2 workers") were."""
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    cores = os.cpu_count()
+    shapes = (("threads", False, 1, cores), ("processes", True, cores, 1))
+    print(f"| rows | cluster | warm s (kept cluster) | cold s (fresh process, cluster start included) |")
+    print("| ---: | --- | --- | --- |")
+    for rows in args.sizes:
+        source = make_extract(rows, root)
+        out = root / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        for label, processes, workers, threads in shapes:
+            args.processes = processes  # _floor_cluster's and _cold_floor's cluster kind
+            with _floor_cluster(args, source, out, workers, threads) as run:
+                warm = [run() for _ in range(args.floor_runs)]
+            cold = [_cold_floor(args, source, out, workers, threads) for _ in range(args.floor_runs)]
+            print(f"| {rows:,} | {workers} x {threads} ({label}) | {', '.join(f'{r:.2f}' for r in warm)} | "
+                  f"{', '.join(f'{r:.2f}' for r in cold)} |", flush=True)
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def scale(args):
     root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
     t = time.perf_counter()
@@ -316,41 +380,50 @@ def scale(args):
     shape = f"{workers} worker {'process(es)' if args.processes else '(threads of one process)'} x {threads} thread(s)"
     failed = []  # the floor's failure, if Dask alone cannot do it (a tight memory limit, say)
 
-    def floor_run():
+    def guarded(run):
         if failed:
             return None
         try:
-            return run_floor()
+            return run()
         except Exception as exc:
             failed.append(f"{type(exc).__name__}: {str(exc)[:200]}")
             return None
 
     with _floor_cluster(args, source, out, workers, threads) as run_floor:
+        floor_run = functools.partial(guarded, run_floor)
+        cold_run = functools.partial(guarded, functools.partial(_cold_floor, args, source, out, workers, threads))
         floors = [floor_run() for _ in range(args.floor_runs)]
+        colds = [cold_run() for _ in range(args.floor_runs)]
         # microagg's runs (``--runs``; the best is kept, as the floor's), each followed by another run
-        # of the floor when there are several: the machine's speed drifts by tens of percent within
-        # minutes here, so each run also gets the ratio to the floor measured next to it
-        runs, paired = [], []
+        # of both floors when there are several: the machine's speed drifts by tens of percent within
+        # minutes here, so each run also gets the ratios to the floors measured next to it
+        runs, paired, paired_cold = [], [], []
         for _ in range(args.runs):
             runs.append(_anonymize(args, source, out / "release", workers, threads))
             if args.runs > 1:
                 floors.append(floor_run())
+                colds.append(cold_run())
                 if not failed:
                     paired.append(runs[-1][0] / min(floors[-2:]))
+                    paired_cold.append(runs[-1][0] / min(colds[-2:]))
     total, report = min(runs, key=lambda run: run[0])
     if failed:
-        floor = None
+        floor = cold = None
         print(f"floor (read, sort by one column, write; {shape}): FAILED ({failed[0]})")
     else:
-        floor = min(floors)
-        print(f"floor (read, sort by one column, write; {shape}): {floor:.2f} s "
+        floor, cold = min(floors), min(colds)
+        print(f"floor (read, sort by one column, write; {shape}), on a kept cluster: {floor:.2f} s "
               f"(best of {len(floors)}: {', '.join(f'{r:.2f}' for r in floors)})")
+        print(f"the same floor as a whole job (a fresh process, cluster start included, as microagg's figure): "
+              f"{cold:.2f} s (best of {len(colds)}: {', '.join(f'{r:.2f}' for r in colds)})")
     print(f"microagg anonymize (CLI end to end, cluster start included): {total:.2f} s, "
-          f"{args.rows / total:,.0f} rows/s" + (f", {total / floor:.2f}x the floor" if floor else "")
+          f"{args.rows / total:,.0f} rows/s"
+          + (f", {total / floor:.2f}x the kept-cluster floor, {total / cold:.2f}x the whole-job floor" if floor else "")
           + (f" (best of {args.runs}: {', '.join(f'{r[0]:.2f}' for r in runs)})" if args.runs > 1 else ""))
     if paired:
-        print(f"  each run against the floor beside it (the better of the runs before and after it): "
-              f"{', '.join(f'{r:.2f}x' for r in paired)}")
+        print(f"  each run against the floors beside it (the better of the runs before and after it): "
+              f"kept cluster {', '.join(f'{r:.2f}x' for r in paired)}; "
+              f"whole job {', '.join(f'{r:.2f}x' for r in paired_cold)}")
     print(f"  stages (s): {report['timings']}")
     print(f"  IL {report['information_loss']:.4f} %, {report['blocks']} blocks in {report['tasks']} tasks, "
           f"{report['upper_planes']} upper planes; peak RSS per worker: max {_peak(report):.2f} GiB "
@@ -461,8 +534,8 @@ def sweep(args):
     print(f"sweep: {', '.join(f'{r:,}' for r in args.sizes)} rows x 13 QIs, k={args.k}, default method and options; "
           f"{shape}; {os.cpu_count()} cores; commit {commit or '?'}; data under {root}")
     print(f"floor: Dask alone on the same cluster shape reads the extract, sorts it by one column and writes "
-          f"Parquet (best of {args.floor_runs}); microagg: the CLI end to end in a subprocess (cluster start "
-          f"included)\n")
+          f"Parquet (best of {args.floor_runs}), on a kept cluster and as a whole job (a fresh process, cluster "
+          f"start included); microagg: the CLI end to end in a subprocess (cluster start included)\n")
     rows_out = []
     for rows in args.sizes:
         cached = (root / f"extract-{rows}" / "_DONE").exists()
@@ -480,20 +553,22 @@ def sweep(args):
         out.mkdir()
         try:
             runs = _floor(args, source, out, workers, threads)
+            colds = [_cold_floor(args, source, out, workers, threads) for _ in range(args.floor_runs)]
         except Exception as exc:  # a tight memory limit may break (or stall) the floor too: say so, go on
-            runs = []
+            runs = colds = []  # both or neither: the table compares with both
             print(f"floor at {rows:,} rows failed: {type(exc).__name__}: {exc}", flush=True)
         job = _attempt(args, source, out / "release", workers, threads)
         shutil.rmtree(out, ignore_errors=True)
-        rows_out.append((rows, runs, job))
-        floor = ', '.join(f'{r:.2f}' for r in runs) + ' s' if runs else 'not run' if not args.floor_runs else 'failed'
+        rows_out.append((rows, runs, colds, job))
+        floor = (f"{', '.join(f'{r:.2f}' for r in runs)} s, as whole jobs {', '.join(f'{r:.2f}' for r in colds)} s"
+                 if runs else 'not run' if not args.floor_runs else 'failed')
         print(f"done: {rows:,} rows, floor {floor}, microagg "
               f"{job['seconds']:.1f} s (exit {job['code']})", flush=True)
-    print(f"\n| rows | floor s (best of {args.floor_runs}) | microagg s | rows/s | ratio | stages s | "
-          f"peak RSS per worker GiB | IL % | finished |")
+    print(f"\n| rows | floor s, kept cluster / whole job (best of {args.floor_runs}) | microagg s | rows/s | "
+          f"ratio, kept cluster / whole job | stages s | peak RSS per worker GiB | IL % | finished |")
     print("| ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |")
-    for rows, runs, job in rows_out:
-        report, floor = job["report"], min(runs) if runs else None
+    for rows, runs, colds, job in rows_out:
+        report, floor, cold = job["report"], min(runs) if runs else None, min(colds) if colds else None
         sampled = job["sampled"]
         if report:
             peaks = report.get("workers", {}).get("peak_rss_bytes", {}).values()
@@ -508,9 +583,10 @@ def sweep(args):
             finished = f"**no**: exit {job['code']}, `{job['error'][:160]}`"
         if args.processes and len(sampled) > workers:
             finished += f" ({len(sampled) - workers} worker process(es) restarted)"
-        ratio = f"{job['seconds'] / floor:.2f}x" if floor and report else ""
+        ratio = f"{job['seconds'] / floor:.2f}x / {job['seconds'] / cold:.2f}x" if floor and report else ""
         speed = f"{rows / job['seconds']:,.0f}" if report else ""
-        print(f"| {rows:,} | {f'{floor:.2f}' if floor else 'not run' if not args.floor_runs else 'failed'} | {job['seconds']:.2f} | {speed} | {ratio} | "
+        floor = f"{floor:.2f} / {cold:.2f}" if floor else 'not run' if not args.floor_runs else 'failed'
+        print(f"| {rows:,} | {floor} | {job['seconds']:.2f} | {speed} | {ratio} | "
               f"{stages} | {memory} | {il} | {finished} |")
     print("\nTargets: 10M rows within 2.5x the floor; peak memory per worker flat as rows grow.")
 
@@ -750,7 +826,7 @@ def stream(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
-                                         "evaluate", "quality"))
+                                         "evaluate", "quality", "floors"))
     parser.add_argument("--dld-records", type=int, default=None,
                         help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -786,10 +862,11 @@ def main():
                         help="where to cache generated data (default: the temp directory)")
     args = parser.parse_args()
     args.sizes, args.rows = args.rows, args.rows[0]
-    if len(args.sizes) > 1 and args.mode != "sweep":
-        parser.error("several --rows are for the sweep mode only")
+    if len(args.sizes) > 1 and args.mode not in ("sweep", "floors"):
+        parser.error("several --rows are for the sweep and floors modes only")
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
-     "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality}[args.mode](args)
+     "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality,
+     "floors": floors}[args.mode](args)
 
 
 if __name__ == "__main__":
