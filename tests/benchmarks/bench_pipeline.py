@@ -280,21 +280,32 @@ def modes(args):
 
 
 @contextlib.contextmanager
-def _floor_cluster(args, source, out, workers, threads):
-    """Yields ``run()``: one run of the floor, Dask alone on a LocalCluster of the job's shape (kept
-    between runs) reading ``source``, sorting it by one column and writing Parquet; its seconds (the
-    output removed; a run longer than ``args.timeout`` raises ``TimeoutError``)."""
+def _floor_client(workers, threads, processes, memory_limit):
+    """A client of a fresh LocalCluster of the given shape, as the floor runs on."""
     from distributed import Client, LocalCluster
 
+    with LocalCluster(n_workers=workers, threads_per_worker=threads, dashboard_address=None,
+                      processes=processes, memory_limit=memory_limit) as cluster, Client(cluster) as client:
+        yield client
+
+
+def _floor_write(client, source, out, timeout=None):
+    """The floor's work: Dask alone reads ``source``, sorts it by one column and writes Parquet at ``out``."""
     import dask.dataframe as dd
 
-    with LocalCluster(n_workers=workers, threads_per_worker=threads, dashboard_address=None,
-                      processes=args.processes, memory_limit=args.memory_limit) as cluster, Client(cluster) as client:
+    write = dd.read_parquet(str(source)).sort_values("q0").to_parquet(str(out), write_index=False, compute=False)
+    client.compute(write).result(timeout=timeout)
+
+
+@contextlib.contextmanager
+def _floor_cluster(args, source, out, workers, threads):
+    """Yields ``run()``: one run of the floor (:func:`_floor_write`) on a LocalCluster of the job's shape
+    kept between runs; its seconds (the output removed; a run longer than ``args.timeout`` raises
+    ``TimeoutError``)."""
+    with _floor_client(workers, threads, args.processes, args.memory_limit) as client:
         def run():
             t = time.perf_counter()
-            write = dd.read_parquet(str(source)).sort_values("q0").to_parquet(str(out / "floor"),
-                                                                              write_index=False, compute=False)
-            client.compute(write).result(timeout=args.timeout)
+            _floor_write(client, source, out / "floor", args.timeout)
             seconds = time.perf_counter() - t
             shutil.rmtree(out / "floor", ignore_errors=True)
             return seconds
@@ -308,28 +319,21 @@ def _floor(args, source, out, workers, threads):
         return [run() for _ in range(args.floor_runs)]  # the floor is noisy on a small machine
 
 
-COLD_FLOOR = """
-import sys
-
-import dask.dataframe as dd
-from distributed import Client, LocalCluster
-
-if __name__ == "__main__":
-    source, out, workers, threads, processes, memory_limit = sys.argv[1:]
-    with LocalCluster(n_workers=int(workers), threads_per_worker=int(threads), processes=processes == "yes",
-                      memory_limit=memory_limit, dashboard_address=None) as cluster, Client(cluster) as client:
-        client.compute(dd.read_parquet(source).sort_values("q0").to_parquet(out, write_index=False,
-                                                                            compute=False)).result()
-"""
-"""The floor as a whole job, as microagg's figure is one: a fresh interpreter imports Dask, starts a
-LocalCluster, reads, sorts by one column, writes, shuts the cluster down and exits."""
+def whole_floor(source, out, workers, threads, processes, memory_limit):
+    """The floor as a whole job, as microagg's figure is one (:func:`_cold_floor` runs it in a fresh
+    interpreter): start a LocalCluster, run :func:`_floor_write` once, shut the cluster down."""
+    with _floor_client(int(workers), int(threads), processes == "yes", memory_limit) as client:
+        _floor_write(client, source, out)
 
 
 def _cold_floor(args, source, out, workers, threads):
-    """One run of :data:`COLD_FLOOR` in a subprocess, timed from outside as :func:`_anonymize` times the
-    CLI: its seconds (the output removed)."""
+    """One run of :func:`whole_floor` in a fresh interpreter (which imports Dask, starts the cluster,
+    runs, shuts down and exits), timed from outside as :func:`_anonymize` times the CLI: its seconds
+    (the output removed)."""
+    call = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
+            "from bench_pipeline import whole_floor; whole_floor(*sys.argv[1:])")
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", COLD_FLOOR, str(source), str(out / "floor"), str(workers),
+    proc = subprocess.run([sys.executable, "-c", call, str(source), str(out / "floor"), str(workers),
                            str(threads), "yes" if args.processes else "no", args.memory_limit],
                           capture_output=True, text=True, timeout=args.timeout)
     seconds = time.perf_counter() - t
@@ -356,10 +360,10 @@ def floors(args):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
         for label, processes, workers, threads in shapes:
-            args.processes = processes  # _floor_cluster's and _cold_floor's cluster kind
-            with _floor_cluster(args, source, out, workers, threads) as run:
+            shape = argparse.Namespace(**{**vars(args), "processes": processes})
+            with _floor_cluster(shape, source, out, workers, threads) as run:
                 warm = [run() for _ in range(args.floor_runs)]
-            cold = [_cold_floor(args, source, out, workers, threads) for _ in range(args.floor_runs)]
+            cold = [_cold_floor(shape, source, out, workers, threads) for _ in range(args.floor_runs)]
             print(f"| {rows:,} | {workers} x {threads} ({label}) | {', '.join(f'{r:.2f}' for r in warm)} | "
                   f"{', '.join(f'{r:.2f}' for r in cold)} |", flush=True)
         shutil.rmtree(out, ignore_errors=True)
