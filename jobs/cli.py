@@ -95,9 +95,10 @@ def _add_anonymize(sub):
                         "(default), local (local search to a local optimum), ils (iterated local search), "
                         "tfrp2, decompose-shrink")
     p.add_argument("--stitch", default="light", choices=("fast", "light", "deep"),
-                   help="how hard the groups across split planes are re-solved: light (default), fast (narrower "
-                        "bands, fewer candidate groups: about a third less CPU in the block tasks, about 4.5%% more "
-                        "loss, above global MDAV's at 1M rows) or deep (wider bands, more sweeps, windows also "
+                   help="how hard the groups across split planes are re-solved: light (default: one local-search "
+                        "sweep per block, then a band around each plane), fast (no block sweeps, fewer candidate "
+                        "groups, a narrower band between tasks: about a quarter less CPU in the block tasks, about "
+                        "4.4%% more loss, above global MDAV's at 1M rows) or deep (wider bands, more sweeps, windows also "
                         "re-partitioned: lower loss, slower)")
     methods = p.add_argument_group("method and refinement options (only where the method / refinement takes them)")
     methods.add_argument("--grow", choices=("nn", "nc"), default=None,

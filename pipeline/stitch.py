@@ -5,7 +5,9 @@ but on opposite sides of a split plane into different groups; stitching wins tha
 groups of both sides whose centroids lie within a band around the plane form a *window*; the window
 is re-solved twice (its groups improved by the local-search kernel, and the window re-partitioned
 by the solver and then improved) and the better result is kept only if it lowers the window's SSE.
-Neither step can raise the SSE or produce a group smaller than k.
+Neither step can raise the SSE or produce a group smaller than k. Before any plane is stitched,
+each block's own groups may get ``block_sweeps`` sweeps of the same local search (when the input is
+cut into blocks at all), which makes the bands that the stitching needs narrower for the same loss.
 
 Windows larger than ``window_rows`` are cut into sub-windows of whole groups by recursive median
 splits of the group centroids along the window's principal direction, so the cost stays linear.
@@ -40,6 +42,8 @@ class Stitching:
     window_rows : largest window re-solved at once
     upper_band : the band of the split planes between tasks (their groups travel to another task)
     neighbors : candidate groups per group in the local search
+    block_sweeps : local-search sweeps over each block's own groups before its planes are stitched
+        (only when the input is cut into blocks: one block is the method's partition as it is)
     """
 
     band: float = 0.5
@@ -48,14 +52,18 @@ class Stitching:
     window_rows: int = 2000
     upper_band: float = 0.25
     neighbors: int = NEIGHBORS
+    block_sweeps: int = 0
 
 
 STITCHING = {
-    # a light pass across every split plane (measured choice, BENCHMARKS.md)
-    "light": Stitching(),
-    # narrower bands, fewer candidate groups: about a third less CPU in the block tasks for about 4.5 %
-    # more information loss at 1M-10M rows: below global MDAV's at 100k rows, above it at 1M (0.7426
-    # against 0.7286 %, where light gives 0.7108 %; BENCHMARKS.md, fifteenth session)
+    # one local-search sweep over each block's groups, then a light pass across every split plane:
+    # the same information loss as the pass alone with a wider band (0.5 / 0.25) in about 7 % less
+    # CPU (BENCHMARKS.md, eighteenth session)
+    "light": Stitching(band=0.25, upper_band=0.25, block_sweeps=1),
+    # no block sweeps, fewer candidate groups, a narrower band between tasks: about a quarter less CPU
+    # in the block tasks than light for about 4.4 % more information loss at 1M rows: below global
+    # MDAV's at 100k rows, above it at 1M (0.7426 against 0.7286 %, where light gives 0.7113 %;
+    # BENCHMARKS.md, fifteenth and eighteenth sessions)
     "fast": Stitching(band=0.25, upper_band=0.15, neighbors=4),
     # wider bands, local search to convergence, windows also re-partitioned from scratch
     "deep": Stitching(band=1.0, window_sweeps=4, repartition=True, window_rows=4000, upper_band=0.5),
@@ -167,6 +175,11 @@ class _TaskSolver:
         block = solve_block(self.Z[s:e], self.k, self.solver, self.tag_offset + tag)
         if self.missing:  # stitching sees every missing cell at its group's observed mean
             fill_missing(self.Z[s:e], block, int(block.max()) + 1)
+        if self.settings.block_sweeps and self.tree.n_leaves > 1:
+            Zb = self.Z[s:e]
+            before = kernels.sse(Zb, block, int(block.max()) + 1)
+            refine(Zb, block, self.k, 2 * self.k - 1, self.settings.neighbors, self.settings.block_sweeps)
+            self.gain += before - kernels.sse(Zb, block, int(block.max()) + 1)
         self.labels[s:e] = block + self.next
         self.next += int(block.max()) + 1
 

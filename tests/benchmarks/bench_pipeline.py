@@ -612,21 +612,23 @@ def blocking(args):
     solver = Solver.build("mdav", None, "none", None, 0)
     blocked.blocked_partition(Z[:50_000], args.k, solver, stitch.STITCHING["light"], threads=1)  # warm-up
     print(f"{len(Z):,} rows x 13 QIs, k={args.k}, mdav, --stitch light, one thread\n")
-    print("| block size | blocks per task | neighbour groups | band / upper band | blocks | CPU s | IL % |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| block size | blocks per task | neighbour groups | band / upper band | block sweeps | blocks | CPU s "
+          "| IL % |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     light = stitch.STITCHING["light"]
     for layout in args.layouts.split(","):
-        size, per_task, neighbours, *bands = layout.split("/")
+        size, per_task, neighbours, *rest = layout.split("/")
         size, per_task, neighbours = int(size), int(per_task), int(neighbours)
-        band, upper = (float(bands[0]), float(bands[1])) if bands else (light.band, light.upper_band)
+        band, upper = (float(rest[0]), float(rest[1])) if rest else (light.band, light.upper_band)
+        sweeps = int(rest[2]) if len(rest) > 2 else light.block_sweeps
         # band 0: no stitching
-        settings = dataclasses.replace(light, band=band, upper_band=upper, neighbors=neighbours)
+        settings = dataclasses.replace(light, band=band, upper_band=upper, neighbors=neighbours, block_sweeps=sweeps)
         plan = blocked.Blocking(block_size=size, blocks_per_task=per_task)
         t = time.process_time()
         labels, info = blocked.blocked_partition(Z, args.k, solver, settings, plan, threads=1)
         cpu = time.process_time() - t
         il = _il(Z, labels)
-        print(f"| {size:,} | {per_task} | {neighbours} | {band:g} / {upper:g} | {info['blocks']:,} | {cpu:.2f} "
+        print(f"| {size:,} | {per_task} | {neighbours} | {band:g} / {upper:g} | {sweeps} | {info['blocks']:,} | {cpu:.2f} "
               f"| {il:.4f} |", flush=True)
     if args.profile:
         _profile_blocking(Z, args.k, solver, stitch)
@@ -838,8 +840,9 @@ def main():
     parser.add_argument("--evaluate", action="store_true",
                         help="scale / sweep: keep the job's default evaluation of the release (off here: the "
                              "floor only reads, sorts and writes)")
-    parser.add_argument("--layouts", default="5000/16/8,2500/32/6,5000/16/8,2500/32/6",
-                        help="blocking mode: block size / blocks per task / neighbour groups [/ band / upper band], in order")
+    parser.add_argument("--layouts", default="2500/32/6/0.5/0.25/0,2500/32/6,2500/32/6/0.5/0.25/0,2500/32/6",
+                        help="blocking mode: block size / blocks per task / neighbour groups [/ band / upper band "
+                             "[/ block sweeps]], in order (default: light before and after its block sweeps)")
     parser.add_argument("--profile", action="store_true",
                         help="blocking mode: also where the default layout's time goes")
     parser.add_argument("--modes", default=",".join(MODES), help="modes mode: which, in order")
