@@ -98,8 +98,8 @@ def _add_anonymize(sub):
                    help="how hard the groups across split planes are re-solved: light (default: one local-search "
                         "sweep per block, then a band around each plane), fast (no block sweeps, fewer candidate "
                         "groups, a narrower band between tasks: about a quarter less CPU in the block tasks, about "
-                        "4.4%% more loss, above global MDAV's at 1M rows) or deep (wider bands, more sweeps, windows also "
-                        "re-partitioned: lower loss, slower)")
+                        "4.4%% more loss, above global MDAV's at 1M rows) or deep (wider bands, more sweeps, "
+                        "windows also re-partitioned: lower loss, slower)")
     methods = p.add_argument_group("method and refinement options (only where the method / refinement takes them)")
     methods.add_argument("--grow", choices=("nn", "nc"), default=None,
                          help="group growth: nn (a record and its k-1 nearest; classic) or nc (add the record "

@@ -628,8 +628,8 @@ def blocking(args):
         labels, info = blocked.blocked_partition(Z, args.k, solver, settings, plan, threads=1)
         cpu = time.process_time() - t
         il = _il(Z, labels)
-        print(f"| {size:,} | {per_task} | {neighbours} | {band:g} / {upper:g} | {sweeps} | {info['blocks']:,} | {cpu:.2f} "
-              f"| {il:.4f} |", flush=True)
+        print(f"| {size:,} | {per_task} | {neighbours} | {band:g} / {upper:g} | {sweeps} | {info['blocks']:,} "
+              f"| {cpu:.2f} | {il:.4f} |", flush=True)
     if args.profile:
         _profile_blocking(Z, args.k, solver, stitch)
 
