@@ -10,6 +10,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py evaluate --rows 10000000 [--dld-records 1000000]
     .venv/bin/python tests/benchmarks/bench_pipeline.py quality --rows 1000000
     .venv/bin/python tests/benchmarks/bench_pipeline.py floors --rows 1M,10M
+    .venv/bin/python tests/benchmarks/bench_pipeline.py small
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -51,8 +52,12 @@ the sizes ``scale`` measures.
 
 ``blocking``: the blocked solve in this process (one thread, no Dask) for several block layouts
 (``--layouts 5000/16/8,2500/32/6``: block size / blocks per task / neighbour groups of the stitching
-local search, optionally / band / upper band of the stitching, ``2500/32/6/0/0``: no stitching): CPU
-seconds and IL, the measurement behind the defaults.
+local search, optionally / band / upper band of the stitching, ``2500/32/6/0/0``: no stitching, and
+then / block sweeps): CPU seconds and IL, the measurement behind the defaults.
+
+``small``: ``light`` before and after its block sweeps (bands 0.5 / 0.25 without sweeps, and the
+preset now) on small inputs forced into blocks: the CASC census and EIA files and extracts of 20k
+and 100k rows, blocks of 500, 1,000 and 2,500 rows, k = 3, 5 and 10. The IL of each, and the change.
 """
 
 import argparse
@@ -634,6 +639,35 @@ def blocking(args):
         _profile_blocking(Z, args.k, solver, stitch)
 
 
+def small(args):
+    """``light`` without and with its block sweeps on small inputs cut into blocks (module docstring)."""
+    import pandas as pd
+
+    from conftest import CENSUS_CSV, EIA_CSV, EIA_NON_QI
+    from microagg.pipeline import blocked, stitch
+    from microagg.pipeline.solver import Solver
+
+    light = stitch.STITCHING["light"]
+    before = dataclasses.replace(light, band=0.5, upper_band=0.25, block_sweeps=0)
+    inputs = {"census": pd.read_csv(CENSUS_CSV), "eia": pd.read_csv(EIA_CSV).drop(columns=EIA_NON_QI),
+              "extract 20k": extract(20_000, seed=3)[QI], "extract 100k": extract(100_000, seed=0)[QI]}
+    solver = Solver.build("mdav")
+    print("| input | rows | block size | k | IL %, bands 0.5 / 0.25, no sweeps | IL %, light now | change |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, frame in inputs.items():
+        X = frame.to_numpy(dtype=np.float64)
+        Z = np.ascontiguousarray((X - X.mean(axis=0)) / X.std(axis=0))
+        for size in (500, 1000, 2500):
+            if 2 * size > len(Z):
+                continue
+            plan = blocked.Blocking(block_size=size, blocks_per_task=8, one_block_rows=size)
+            for k in (3, 5, 10):
+                il = [_il(Z, blocked.blocked_partition(Z, k, solver, settings, plan, threads=2)[0])
+                      for settings in (before, light)]
+                print(f"| {name} | {len(Z):,} | {size:,} | {k} | {il[0]:.4f} | {il[1]:.4f} "
+                      f"| {100 * (il[1] / il[0] - 1):+.1f} % |", flush=True)
+
+
 def quality(args):
     from microagg import kernels
     from microagg.pipeline import blocked, stitch
@@ -832,7 +866,7 @@ def stream(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
-                                         "evaluate", "quality", "floors"))
+                                         "evaluate", "quality", "floors", "small"))
     parser.add_argument("--dld-records", type=int, default=None,
                         help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -873,7 +907,7 @@ def main():
         parser.error("several --rows are for the sweep and floors modes only")
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
      "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality,
-     "floors": floors}[args.mode](args)
+     "floors": floors, "small": small}[args.mode](args)
 
 
 if __name__ == "__main__":
