@@ -46,27 +46,27 @@ class Stitching:
         (only when the input is cut into blocks: one block is the method's partition as it is)
     """
 
-    band: float = 0.5
+    band: float = 0.25
     window_sweeps: int = 1
     repartition: bool = False
     window_rows: int = 2000
     upper_band: float = 0.25
     neighbors: int = NEIGHBORS
-    block_sweeps: int = 0
+    block_sweeps: int = 1
 
 
 STITCHING = {
-    # one local-search sweep over each block's groups, then a light pass across every split plane:
-    # the same information loss as the pass alone with a wider band (0.5 / 0.25) in about 7 % less
-    # CPU (BENCHMARKS.md, eighteenth session)
-    "light": Stitching(band=0.25, upper_band=0.25, block_sweeps=1),
+    # the defaults: one local-search sweep over each block's groups, then a light pass across every
+    # split plane: the same information loss as the pass alone with a wider band (0.5 / 0.25) in
+    # about 7 % less CPU (BENCHMARKS.md, eighteenth session)
+    "light": Stitching(),
     # no block sweeps, fewer candidate groups, a narrower band between tasks: about a quarter less CPU
     # in the block tasks than light for about 4.4 % more information loss at 1M rows: below global
     # MDAV's at 100k rows, above it at 1M (0.7426 against 0.7286 %, where light gives 0.7113 %;
     # BENCHMARKS.md, fifteenth and eighteenth sessions)
-    "fast": Stitching(band=0.25, upper_band=0.15, neighbors=4),
+    "fast": Stitching(upper_band=0.15, neighbors=4, block_sweeps=0),
     # wider bands, local search to convergence, windows also re-partitioned from scratch
-    "deep": Stitching(band=1.0, window_sweeps=4, repartition=True, window_rows=4000, upper_band=0.5),
+    "deep": Stitching(band=1.0, window_sweeps=4, repartition=True, window_rows=4000, upper_band=0.5, block_sweeps=0),
 }
 
 
@@ -172,16 +172,18 @@ class _TaskSolver:
         self.gain = 0.0
 
     def solve(self, s, e, tag):
-        block = solve_block(self.Z[s:e], self.k, self.solver, self.tag_offset + tag)
+        Zb = self.Z[s:e]
+        block = solve_block(Zb, self.k, self.solver, self.tag_offset + tag)
+        g = int(block.max()) + 1
         if self.missing:  # stitching sees every missing cell at its group's observed mean
-            fill_missing(self.Z[s:e], block, int(block.max()) + 1)
+            fill_missing(Zb, block, g)
         if self.settings.block_sweeps and self.tree.n_leaves > 1:
-            Zb = self.Z[s:e]
-            before = kernels.sse(Zb, block, int(block.max()) + 1)
+            before = kernels.sse(Zb, block, g)
             refine(Zb, block, self.k, 2 * self.k - 1, self.settings.neighbors, self.settings.block_sweeps)
-            self.gain += before - kernels.sse(Zb, block, int(block.max()) + 1)
+            g = int(block.max()) + 1  # a dissolved group leaves fewer (relabelled compactly)
+            self.gain += before - kernels.sse(Zb, block, g)
         self.labels[s:e] = block + self.next
-        self.next += int(block.max()) + 1
+        self.next += g
 
     def visit(self, ref):
         """Solve the subtree ``ref``; returns ``(start, end, solved)`` of its row range."""

@@ -1,5 +1,6 @@
 """The distributed pipeline: blocks, stitching, determinism, invariants, gate, identifiers."""
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -467,7 +468,8 @@ def test_block_sweeps_lower_the_loss_of_a_blocked_solve_and_leave_one_block_alon
     Z = (X - X.mean(axis=0)) / X.std(axis=0)
     solver = Solver.build("mdav")
     plan = blocked.Blocking(block_size=1000, blocks_per_task=4)
-    without, with_sweeps = (stitch.Stitching(band=0.25, upper_band=0.25, block_sweeps=sweeps) for sweeps in (0, 1))
+    with_sweeps = stitch.STITCHING["light"]
+    without = dataclasses.replace(with_sweeps, block_sweeps=0)
     labels = {}
     for name, settings in (("without", without), ("with", with_sweeps)):
         labels[name], info = blocked.blocked_partition(Z, 5, solver, settings, plan, threads=2)
