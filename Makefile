@@ -4,6 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
+BENCHSTAMP := $(VENV)/.installed-bench
 
 .PHONY: demo test bench install dev clean
 
@@ -19,6 +20,11 @@ $(DEVSTAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@ $(STAMP)
 
+# the benchmarks' extra: dask-jobqueue for the Slurm recipe's test (tests/test_slurm.py)
+$(BENCHSTAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev,slurm]'
+	touch $@ $(DEVSTAMP) $(STAMP)
+
 install: $(STAMP)
 dev: $(DEVSTAMP)
 
@@ -29,7 +35,7 @@ demo: $(STAMP)
 test: $(DEVSTAMP)
 	$(BIN)/python -m pytest -q
 
-bench: $(DEVSTAMP)
+bench: $(BENCHSTAMP)
 	$(BIN)/python -m pytest -q -m slow
 	$(BIN)/python tests/benchmarks/bench_mdav.py
 	$(BIN)/python tests/benchmarks/bench_stats.py

@@ -43,7 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--interface", default=None, help="network interface for Dask traffic, e.g. ib0")
     p.add_argument("--directive", action="append", default=[], metavar="OPTION",
                    help="extra #SBATCH option for the worker jobs, e.g. --directive=--constraint=avx2 (repeatable)")
-    p.add_argument("--local-directory", default="$TMPDIR", help="worker spill directory (node-local disk)")
+    p.add_argument("--local-directory", default="${TMPDIR:-/tmp}",
+                   help="worker spill directory (node-local disk; expanded by the worker job's shell)")
     p.add_argument("--log-directory", default="microagg-slurm-logs", help="where the worker jobs' logs go")
     p.add_argument("--start-timeout", default="30 minutes", help="how long to wait for the workers (queue time)")
     p.add_argument("--dry-run", action="store_true", help="print the worker job script and exit")
