@@ -1,6 +1,7 @@
-"""deploy/slurm/ on a real Slurm: the one-host cluster of deploy/slurm/one-host-slurm.sh (Debian's
-slurmctld, slurmd and munged as root, all their files in a temporary directory), the sbatch script
-and the dask-jobqueue example run through sbatch as a site would run them.
+"""deploy/slurm/ on a real Slurm: the one-host cluster of deploy/slurm/one-host-slurm.sh with two
+nodes (Debian's slurmctld, a slurmd per node and munged as root, all their files in a temporary
+directory), the sbatch script and the dask-jobqueue example run through sbatch as a site would run
+them: one Dask worker on each node.
 
 Slow (`make bench`, not CI) and skipped where Slurm's and MUNGE's daemons are not installed
 (`apt-get install -y slurm-wlm munge`) or the tests do not run as root; the jobqueue test is skipped
@@ -31,18 +32,19 @@ ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
-def _free_port_pair():
-    """A port p with p + 1 free too (slurmctld's and slurmd's), away from a one-host Slurm on 16817."""
+def _free_port_triple():
+    """A port p with p + 1 and p + 2 free too (slurmctld's and the two slurmd's), away from a one-host
+    Slurm on 16817."""
     for _ in range(50):
         port = random.randrange(20000, 30000)
         try:
-            for p in (port, port + 1):
+            for p in (port, port + 1, port + 2):
                 with socket.socket() as s:
                     s.bind(("127.0.0.1", p))
             return port
         except OSError:
             continue
-    raise RuntimeError("no two free ports in a row")
+    raise RuntimeError("no three free ports in a row")
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def slurm(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("the one-host Slurm runs its daemons as root")
     state = tmp_path_factory.mktemp("slurm")
-    env = {**os.environ, "MICROAGG_SLURM_PORT": str(_free_port_pair())}
+    env = {**os.environ, "MICROAGG_SLURM_PORT": str(_free_port_triple()), "MICROAGG_SLURM_NODES": "2"}
     start = subprocess.run([str(SLURM / "one-host-slurm.sh"), "start", str(state)], capture_output=True, text=True,
                            env=env, timeout=120)
     try:
@@ -114,8 +116,8 @@ def census_job(path, k, output="releases/{date}"):
     return path
 
 
-# one node of both CPUs: the scheduler and the job beside one worker of 2 threads
-ALLOCATION = ["--nodes=1", "--cpus-per-task=2", "--mem=6G"]
+# two nodes: the scheduler and the job on the first, a worker of one thread on each
+ALLOCATION = ["--nodes=2", "--cpus-per-task=1", "--mem=3G"]
 
 
 def test_the_sbatch_script_runs_a_job_file_on_slurm_and_leaves_nothing_behind(tmp_path, slurm):
@@ -126,7 +128,8 @@ def test_the_sbatch_script_runs_a_job_file_on_slurm_and_leaves_nothing_behind(tm
     state, code = wait_for_job(slurm, jid)
     text = log.read_text()
     assert (state, code) == ("COMPLETED", "0:0"), text
-    assert_release(tmp_path / "releases" / "2026-03-04", 4, workers=1)
+    assert job_fields(slurm, jid)["NumNodes"] == "2"
+    assert_release(tmp_path / "releases" / "2026-03-04", 4, workers=2)  # one per node
     assert f"-> {tmp_path}/releases/2026-03-04 " in text, "validated with the run's own --date"
     assert "Traceback" not in text, "the scheduler was stopped under live workers"
     work = tmp_path / f".microagg-slurm-{jid}"
