@@ -177,6 +177,12 @@ def test_scancel_in_the_middle_keeps_the_previous_release_and_the_next_run_compl
 
     with Client(scheduler_file=str(scheduler_file), timeout="30s") as client:  # the job's tasks are running
         wait_until(lambda: any(client.processing().values()), 120, "no task ever ran")
+        workers = client.scheduler_info()["workers"].values()
+        # 85 % of --mem=3G each; under 4 GiB a worker keeps Dask's allocator setting (jobs/cluster.py)
+        assert [w["memory_limit"] for w in workers] == [3072 * 85 // 100 * 2**20] * 2
+        assert [w["nthreads"] for w in workers] == [1, 1]
+        trim = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+        assert sorted(trim.values()) == ["65536", "65536"]
     subprocess.run(["scancel", jid], env=slurm, check=True, timeout=30)
     state, _ = wait_for_job(slurm, jid)
     assert state == "CANCELLED", log.read_text()

@@ -28,6 +28,7 @@ DEPLOY = Path(__file__).resolve().parent.parent
 # freed memory kept up to 32 MiB (Dask's default page-faults every large array afresh;
 # jobs/cluster.py: ALLOCATOR_THRESHOLDS)
 ALLOCATOR = '{"MALLOC_MMAP_THRESHOLD_": 16777216, "MALLOC_TRIM_THRESHOLD_": 33554432}'
+ROOMY_WORKER = 4 * 2**30  # jobs/cluster.py: below it a worker keeps Dask's allocator setting
 
 
 def parse_args(argv=None):
@@ -59,6 +60,7 @@ def main(argv=None):
         return checked.returncode  # a bad job file fails before anything is queued
 
     from dask.distributed import Client
+    from dask.utils import parse_bytes
     from dask_jobqueue import SLURMCluster
 
     cache = os.environ.get("NUMBA_CACHE_DIR") or str(Path.cwd() / ".numba-cache")
@@ -79,7 +81,9 @@ def main(argv=None):
             "export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=10s",
             # Arrow's buffers from malloc: a fresh process reads Parquet faster (jobs/cluster.py)
             "export ARROW_DEFAULT_MEMORY_POOL=system",
-            f"export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON='{ALLOCATOR}'",
+            # not for workers under 4 GiB, where Dask's default holds less (jobs/cluster.py: FRUGAL_THRESHOLDS)
+            *([f"export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON='{ALLOCATOR}'"]
+              if parse_bytes(args.memory) >= ROOMY_WORKER else []),
         ],
         local_directory=args.local_directory,
         log_directory=args.log_directory,
