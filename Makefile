@@ -45,6 +45,7 @@ bench: $(BENCHSTAMP)
 	$(BIN)/python tests/benchmarks/bench_pipeline.py inprocess --rows 100000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py blocking --rows 1000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py small
+	$(BIN)/python tests/benchmarks/bench_pipeline.py cpu --rows 10000000 --runs 2
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 1000000 --runs 3
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000 --runs 3
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000 --one-file --processes --memory-limit 1.5GiB

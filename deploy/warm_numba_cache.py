@@ -10,8 +10,8 @@ fails the build.
 
     python deploy/warm_numba_cache.py [--strict]
 
-Numba keys its cache on the CPU name and features: set NUMBA_CPU_NAME=generic (the image does) at
-build time AND run time for a cache that every x86-64 node can use.
+Numba keys its cache on the CPU name and features: set NUMBA_CPU_NAME=x86-64-v3 (the image does) at
+build time AND run time for a cache that every x86-64 node with AVX2 and FMA can use.
 """
 
 import argparse

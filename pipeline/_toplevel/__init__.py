@@ -7,7 +7,11 @@ repository's ``kernels/``, ``pipeline/`` and ``jobs/``.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from microagg.pipeline import (
+from microagg._cpu import check_numba_cpu
+
+check_numba_cpu()  # before any kernel module imports Numba
+
+from microagg.pipeline import (  # noqa: E402
     METHODS,
     REFINERS,
     InputError,

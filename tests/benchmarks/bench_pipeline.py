@@ -11,6 +11,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py quality --rows 1000000
     .venv/bin/python tests/benchmarks/bench_pipeline.py floors --rows 1M,10M
     .venv/bin/python tests/benchmarks/bench_pipeline.py small
+    .venv/bin/python tests/benchmarks/bench_pipeline.py cpu --rows 10000000 --runs 2
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -58,6 +59,10 @@ then / block sweeps): CPU seconds and IL, the measurement behind the defaults.
 ``small``: ``light`` before and after its block sweeps (bands 0.5 / 0.25 without sweeps, and the
 preset now) on small inputs forced into blocks: the CASC census and EIA files and extracts of 20k
 and 100k rows, blocks of 500, 1,000 and 2,500 rows, k = 3, 5 and 10. The IL of each, and the change.
+
+``cpu``: the CLI end to end with the kernels compiled for the host's CPU (Numba's default), for a
+generic x86-64 CPU and for x86-64-v3 (deploy/'s default), each in a Numba cache of its own: seconds,
+the ratio to the host's code, and whether the releases are the same bytes.
 """
 
 import argparse
@@ -65,6 +70,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import shutil
@@ -219,20 +225,27 @@ def _evaluation(args):
     return () if getattr(args, "evaluate", False) else ("--no-evaluate",)
 
 
-def _anonymize(args, source, release, workers, threads, *extra):
-    """``microagg anonymize`` on ``source`` in a subprocess: ``(seconds, report)``; the release is removed."""
+def _anonymize(args, source, release, workers, threads, *extra, env=None, digest=False):
+    """``microagg anonymize`` on ``source`` in a subprocess (environment ``env``, default this one's):
+    ``(seconds, report)``; with ``digest``, the report also holds ``release_digest``, the SHA-256 of the
+    release's Parquet files. The release is removed."""
     t = time.perf_counter()
     cmd = [str(BIN / "microagg"), "anonymize", str(source), str(release), "--k", str(args.k),
            "--identifiers", "person_id", "--qi", ",".join(QI), "--workers", str(workers),
            "--threads-per-worker", str(threads), "--processes" if args.processes else "--no-processes",
            "--memory-limit", args.memory_limit, "--refine", args.refine, "--stitch", args.stitch, *_evaluation(args),
            *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     total = time.perf_counter() - t
     if proc.returncode:
         print(proc.stderr)
         raise SystemExit(proc.returncode)
     report = json.loads((Path(release) / "_report.json").read_text())
+    if digest:
+        h = hashlib.sha256()
+        for part in sorted(Path(release).glob("*.parquet")):
+            h.update(part.read_bytes())
+        report["release_digest"] = h.hexdigest()
     shutil.rmtree(release, ignore_errors=True)
     return total, report
 
@@ -863,10 +876,48 @@ def stream(args):
         print(f"| {name} | {count} | {seconds:.2f} |")
 
 
+CPU_TARGETS = ("host", "generic", "x86-64-v3")
+
+
+def cpu(args):
+    """``microagg anonymize`` end to end with Numba's machine code for each target CPU
+    (``NUMBA_CPU_NAME``; host: unset, Numba's default), each target with a Numba cache of its own under
+    the data directory (warmed by a first run, not counted), then ``--runs`` runs alternating the
+    targets. Prints each target's seconds, the ratio of its best to the host's best, the blocks stage
+    of its best run, the IL, and whether its release's Parquet files are the host's, byte for byte."""
+    from microagg.jobs.cluster import local_shape
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    source = make_extract(args.rows, root)
+    workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
+    print(f"{args.rows:,} rows x 13 QIs, k={args.k}; {workers} worker(s) x {threads} thread(s); "
+          f"a warm-up run, then {args.runs} run(s) per target, alternated\n")
+    results = {target: [] for target in CPU_TARGETS}
+    for run in range(args.runs + 1):
+        for target in CPU_TARGETS:
+            env = {**os.environ, "NUMBA_CACHE_DIR": str(root / f"numba-cache-{target}")}
+            env.pop("NUMBA_CPU_NAME", None)
+            if target != "host":
+                env["NUMBA_CPU_NAME"] = target
+            seconds, report = _anonymize(args, source, root / f"release-cpu-{target}", workers, threads, env=env,
+                                         digest=True)
+            print(f"  {'warm-up' if run == 0 else f'run {run}'} {target}: {seconds:.2f} s", flush=True)
+            if run:
+                results[target].append((seconds, report))
+    host = min(s for s, _ in results["host"])
+    print("\n| NUMBA_CPU_NAME | runs s | best s | vs host | blocks stage s (best run) | IL % | release = host's |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+    for target, runs in results.items():
+        best, report = min(runs, key=lambda r: r[0])
+        same = report["release_digest"] == results["host"][0][1]["release_digest"]
+        print(f"| {target} | {', '.join(f'{s:.2f}' for s, _ in runs)} | {best:.2f} | {best / host:.2f}x | "
+              f"{report['timings']['blocks']:.2f} | {report['information_loss']:.4f} | {'yes' if same else 'NO'} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
-                                         "evaluate", "quality", "floors", "small"))
+                                         "evaluate", "quality", "floors", "small", "cpu"))
     parser.add_argument("--dld-records", type=int, default=None,
                         help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -907,7 +958,7 @@ def main():
         parser.error("several --rows are for the sweep and floors modes only")
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
      "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality,
-     "floors": floors, "small": small}[args.mode](args)
+     "floors": floors, "small": small, "cpu": cpu}[args.mode](args)
 
 
 if __name__ == "__main__":
