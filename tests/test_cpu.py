@@ -50,8 +50,13 @@ def test_without_cpuinfo_nothing_is_changed(tmp_path, monkeypatch):
 def test_cpu_flags_reads_the_first_processors_flags(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2\n\nprocessor\t: 1\nflags\t\t: fpu\n")
-    assert _cpu.cpu_flags(str(info)) == {"fpu", "sse2", "avx2"}
-    assert _cpu.cpu_flags(str(tmp_path / "missing")) is None
+    assert _cpu.cpu_flags(str(info), machine="x86_64") == {"fpu", "sse2", "avx2"}
+    assert _cpu.cpu_flags(str(tmp_path / "missing"), machine="x86_64") is None
+    # an ARM node has none of an x86-64 level's features: a level falls back to generic there
+    assert _cpu.cpu_flags(str(info), machine="aarch64") == set()
+    environ = {"NUMBA_CPU_NAME": "x86-64-v3"}
+    assert _cpu.check_numba_cpu(environ, flags=_cpu.cpu_flags(str(info), machine="aarch64"))
+    assert environ["NUMBA_CPU_NAME"] == "generic"
 
 
 def test_importing_microagg_sets_numbas_target_before_numba_is_imported():

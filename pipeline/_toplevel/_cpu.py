@@ -2,14 +2,15 @@
 
 deploy/ compiles the kernels for ``NUMBA_CPU_NAME=x86-64-v3`` (AVX2 and FMA, every x86-64 server CPU
 since 2013-2015): one Numba cache that every such node can use, and code as fast as the host's own
-(BENCHMARKS.md, issue 7, "The kernels' target CPU"). On a CPU without those features, machine code
-for that level dies of an illegal instruction (SIGILL) at its first call, a worker lost for no
+(BENCHMARKS.md, issue 7, "The kernels' target CPU"). On a CPU without those features (or not an
+x86-64 CPU at all: an ARM node), machine code for that level dies of an illegal instruction (SIGILL) at its first call, a worker lost for no
 visible reason. So before Numba is imported, a level the CPU lacks is replaced by ``generic``: the
 kernels compile again for this CPU (into the same cache directory), and the log says why.
 """
 
 import logging
 import os
+import platform
 import sys
 
 V2 = frozenset({"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"})
@@ -19,8 +20,11 @@ LEVELS = {"x86-64-v2": V2, "x86-64-v3": V3, "x86-64-v4": V4}
 """LLVM's x86-64 microarchitecture levels and the /proc/cpuinfo flags each needs."""
 
 
-def cpu_flags(path="/proc/cpuinfo"):
-    """The CPU's feature flags (of its first processor), or None where the file is not there."""
+def cpu_flags(path="/proc/cpuinfo", machine=None):
+    """The CPU's feature flags (of its first processor), or None where the file is not there. An
+    x86-64 level's flags are x86 flags: on another architecture (an ARM node) the set is empty."""
+    if (machine or platform.machine()).lower() not in ("x86_64", "amd64"):
+        return set()
     try:
         with open(path) as f:
             for line in f:
