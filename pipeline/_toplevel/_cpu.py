@@ -3,9 +3,10 @@
 deploy/ compiles the kernels for ``NUMBA_CPU_NAME=x86-64-v3`` (AVX2 and FMA, every x86-64 server CPU
 since 2013-2015): one Numba cache that every such node can use, and code as fast as the host's own
 (BENCHMARKS.md, issue 7, "The kernels' target CPU"). On a CPU without those features (or not an
-x86-64 CPU at all: an ARM node), machine code for that level dies of an illegal instruction (SIGILL) at its first call, a worker lost for no
-visible reason. So before Numba is imported, a level the CPU lacks is replaced by ``generic``: the
-kernels compile again for this CPU (into the same cache directory), and the log says why.
+x86-64 CPU at all: an ARM node), machine code for that level dies of an illegal instruction (SIGILL)
+at its first call, a worker lost for no visible reason. So before Numba is imported, a level the CPU
+lacks is replaced by ``generic``: the kernels compile again for this CPU (into the same cache
+directory), and the log says why.
 """
 
 import logging
