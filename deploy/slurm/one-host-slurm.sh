@@ -103,7 +103,8 @@ InactiveLimit=0
 KillWait=10
 EOF
 for i in "${!nodes[@]}"; do
-    echo "NodeName=${nodes[i]} NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 1 + i)) CPUs=$cpus RealMemory=$memory State=UNKNOWN"
+    echo "NodeName=${nodes[i]} NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 1 + i))" \
+        "CPUs=$cpus RealMemory=$memory State=UNKNOWN"
 done >> "$dir/slurm.conf"
 echo "PartitionName=local Nodes=$(IFS=,; echo "${nodes[*]}") Default=YES MaxTime=INFINITE State=UP" >> "$dir/slurm.conf"
 
