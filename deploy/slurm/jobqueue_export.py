@@ -28,7 +28,6 @@ DEPLOY = Path(__file__).resolve().parent.parent
 # freed memory kept up to 32 MiB (Dask's default page-faults every large array afresh;
 # jobs/cluster.py: ALLOCATOR_THRESHOLDS)
 ALLOCATOR = '{"MALLOC_MMAP_THRESHOLD_": 16777216, "MALLOC_TRIM_THRESHOLD_": 33554432}'
-ROOMY_WORKER = 4 * 2**30  # jobs/cluster.py: below it a worker keeps Dask's allocator setting
 
 
 def parse_args(argv=None):
@@ -63,6 +62,8 @@ def main(argv=None):
     from dask.utils import parse_bytes
     from dask_jobqueue import SLURMCluster
 
+    from microagg.jobs.cluster import roomy  # the CLI's rule: which workers get the thresholds
+
     cache = os.environ.get("NUMBA_CACHE_DIR") or str(Path.cwd() / ".numba-cache")
     cluster = SLURMCluster(
         cores=args.cores,
@@ -85,7 +86,7 @@ def main(argv=None):
             "export ARROW_DEFAULT_MEMORY_POOL=system",
             # not for workers under 4 GiB, where Dask's default holds less (jobs/cluster.py: FRUGAL_THRESHOLDS)
             *([f"export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON='{ALLOCATOR}'"]
-              if parse_bytes(args.memory) >= ROOMY_WORKER else []),
+              if roomy(parse_bytes(args.memory)) else []),
         ],
         local_directory=args.local_directory,
         log_directory=args.log_directory,
