@@ -258,6 +258,16 @@ def _attach_row_id(part, offsets, lengths, partition_info=None):
     return part.assign(**{ROW_ID: np.arange(start, start + len(part), dtype=np.int64)})
 
 
+def _without_empty_partitions(ddf, lengths):
+    """``(ddf, lengths)`` without the empty partitions (an empty input file, a split of a tiny
+    input): the release's divisions need every partition to hold a row. They are dropped before the
+    row ids are attached, whose partition numbers must be those the statistics pass counted."""
+    keep = [i for i, n in enumerate(lengths) if n]
+    if len(keep) == len(lengths):
+        return ddf, lengths
+    return ddf.partitions[keep], [lengths[i] for i in keep]
+
+
 def with_row_ids(ddf, lengths):
     """Each row's global row id (its position in the input), independent of the partitioning."""
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
@@ -1001,10 +1011,9 @@ def _in_this_process():
 def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None, where=None):
     """The released frame: input rows in input order with QIs replaced, identifiers dropped (or
     pseudonymised with the HMAC ``key``), only the rows meeting ``where`` if given. ``released``: one
-    ``(column positions, delayed Released pieces)`` pair per attribute block."""
-    keep = [i for i, n in enumerate(lengths) if n]
-    frame = frame.partitions[keep]
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])[keep]
+    ``(column positions, delayed Released pieces)`` pair per attribute block. ``lengths``: of the
+    frame's partitions, none of them empty."""
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     in_div = tuple(int(o) for o in offsets) + (n_rows - 1,)
     out_div, parts = _per_file(released, n_rows, rows_per_file, _assemble, tuple(qi))
     original = frame.set_index(ROW_ID, sorted=True, divisions=in_div).repartition(divisions=out_div)
@@ -1101,6 +1110,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         check_k(options.k, n_rows * width)
         strata = (plan_strata(options.strata, evidence, qi, mean, std, -(-options.k // width), options.small_strata)
                   if options.strata else None)
+        source, lengths = _without_empty_partitions(source, lengths)
         frame = with_row_ids(source, lengths)
     blocks = [list(b) for b in options.attribute_blocks] or (
         [[c] for c in qi] if options.method == "univariate" else [list(qi)])  # individual ranking: column by column

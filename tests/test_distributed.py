@@ -75,6 +75,32 @@ def test_byte_identical_across_files_workers_and_schedulers(tmp_path, data):
         assert _files(_run(tmp_path, name, source, *common, *extra)) == reference, name
 
 
+def test_empty_input_files_leave_the_release_unchanged(tmp_path, data):
+    """A warehouse export may hold empty files (a day without rows): they are skipped, and the release is
+    byte for byte the one made from the same rows without them."""
+    root, df = data
+    source = tmp_path / "with-empty"
+    source.mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(len(df)), 4)):
+        df.iloc[:0].to_parquet(source / f"part-{2 * i}.parquet", index=False)
+        df.iloc[rows].to_parquet(source / f"part-{2 * i + 1}.parquet", index=False)
+    df.iloc[:0].to_parquet(source / "part-9.parquet", index=False)
+    common = ["--k", 4, *BLOCKED]
+    reference = _files(_run(tmp_path, "reference", root / "four", *common, "--scheduler", "synchronous"))
+    assert _files(_run(tmp_path, "sync", source, *common, "--scheduler", "synchronous")) == reference
+    assert _files(_run(tmp_path, "local", source, *common, "--workers", 2)) == reference
+
+
+def test_an_input_of_fewer_rows_than_partitions(tmp_path):
+    """Three rows split across the cluster's cores leave empty partitions: still one group of three."""
+    source = tmp_path / "tiny.parquet"
+    pd.DataFrame({"a": [1.0, 2.0, 4.0], "b": [0.0, 1.0, 5.0], "name": ["x", "y", "z"]}).to_parquet(source, index=False)
+    out = _run(tmp_path, "rel", source, "--k", 2, "--qi", "a,b", "--workers", 2, "--no-evaluate")
+    released = pd.read_parquet(out)
+    assert released["name"].tolist() == ["x", "y", "z"]
+    np.testing.assert_allclose(released[["a", "b"]].to_numpy(), [[7 / 3, 2.0]] * 3)
+
+
 def test_an_input_too_large_to_keep_is_read_in_every_pass_with_the_same_release(tmp_path, data, monkeypatch):
     from distributed import Client, LocalCluster
 
