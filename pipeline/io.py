@@ -71,13 +71,60 @@ def input_bytes(path):
     return sum(fs.size(f) or 0 for f in names)
 
 
-def _first_footer(urlpath):
-    """``(name, Parquet metadata: schema, row groups)`` of the first data file of ``urlpath``."""
+def _footers(urlpath):
+    """``(names, Parquet metadata: schema, row groups)`` of every data file of ``urlpath``, the
+    footers read in parallel (a remote store answers each in tens of milliseconds)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import pyarrow.parquet as pq
 
     fs, names = _data_files(urlpath)
-    with fs.open(names[0], "rb") as fh:
-        return names[0], pq.ParquetFile(fh).metadata
+
+    def footer(name):
+        with fs.open(name, "rb") as fh:
+            return pq.ParquetFile(fh).metadata
+
+    with ThreadPoolExecutor(min(16, len(names))) as pool:
+        return names, list(pool.map(footer, names))
+
+
+def common_schema(names, schemas):
+    """The Arrow schema a Parquet input's files share: the first file's, with each column's type
+    widened to hold every file's (int32 and int64 -> int64, int64 and double -> double, a
+    dictionary-encoded and a plain string column -> string). Raises :class:`InputError` naming the
+    column and the files if they differ in columns or hold types no one type holds (string and int64)."""
+    import pyarrow as pa
+
+    first = schemas[0]
+    if all(s.equals(first) for s in schemas[1:]):
+        return first
+    for column in first.names:
+        lacking = [n for n, s in zip(names, schemas) if column not in s.names]
+        if lacking:
+            raise InputError(f"column {column!r} is missing from {len(lacking)} of {len(names)} input files "
+                             f"(e.g. {lacking[0]}); every file of a Parquet input must have the same columns")
+    for column in dict.fromkeys(c for s in schemas[1:] for c in s.names if c not in first.names):
+        having = [n for n, s in zip(names, schemas) if column in s.names]
+        raise InputError(f"column {column!r} is in {len(having)} of {len(names)} input files (e.g. {having[0]}) "
+                         f"but not in the first, {names[0]}; every file of a Parquet input must have the same columns")
+    fields = []
+    for field in first:
+        types = [s.field(field.name).type for s in schemas]
+        if any(t != field.type for t in types):
+            plain = [t.value_type if pa.types.is_dictionary(t) else t for t in types]
+            try:
+                widest = pa.unify_schemas([pa.schema([(field.name, t)]) for t in plain],
+                                          promote_options="permissive").field(0).type
+            except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
+                seen = {}
+                for name, t in zip(names, types):
+                    seen.setdefault(str(t), []).append(name)
+                found = ", ".join(f"{t} in {len(where)} file(s) (e.g. {where[0]})" for t, where in seen.items())
+                raise InputError(f"column {field.name!r} has types no one type holds across the input files: "
+                                 f"{found}; rewrite the files with one type for it") from exc
+            field = field.with_type(widest)
+        fields.append(field)
+    return pa.schema(fields, metadata=first.metadata)
 
 
 def output_schema(input_schema, columns, qi, text=()):
@@ -124,8 +171,9 @@ def read_input(path, blocksize="64MB"):
 
 
 def read_input_and_schema(path, blocksize="64MB"):
-    """:func:`read_input`, and the Arrow schema of a Parquet input's first file (None for CSV, or if
-    its footer cannot be read): the types :func:`output_schema` keeps."""
+    """:func:`read_input`, and the Arrow schema of a Parquet input's files (:func:`common_schema`;
+    None for CSV, or if a footer cannot be read): the types :func:`output_schema` keeps. Files that
+    differ in columns, or in types no one type holds, are refused before anything is computed."""
     fmt, urlpath = resolve_input(path)
     try:
         if fmt == "csv":
@@ -136,11 +184,11 @@ def read_input_and_schema(path, blocksize="64MB"):
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {path!r} as {fmt.upper()}: {exc}") from exc
     try:
-        first, footer = _first_footer(urlpath)
+        names, footers = _footers(urlpath)
     except Exception:  # unreadable footers fail the read itself, with its own message
         return ddf, None
-    _warn_of_large_row_groups(first, footer)
-    schema = footer.schema.to_arrow_schema()
+    _warn_of_large_row_groups(names, footers)
+    schema = common_schema(names, [f.schema.to_arrow_schema() for f in footers])
     # the files' column order (Dask puts a stored index first), then any column Dask adds (a hive
     # partition's)
     names = [c for c in schema.names if c in ddf.columns]
@@ -148,10 +196,11 @@ def read_input_and_schema(path, blocksize="64MB"):
     return (ddf if order == list(ddf.columns) else ddf[order]), schema
 
 
-def _warn_of_large_row_groups(name, footer):
-    """Log a warning if the Parquet file ``name`` (its ``footer``) has a row group of more than
-    :data:`LARGE_ROW_GROUP` rows."""
-    largest = max((footer.row_group(i).num_rows for i in range(footer.num_row_groups)), default=0)
+def _warn_of_large_row_groups(names, footers):
+    """Log a warning if a Parquet file of ``names`` (their ``footers``) has a row group of more than
+    :data:`LARGE_ROW_GROUP` rows (naming the file with the largest)."""
+    largest, name = max((max((f.row_group(i).num_rows for i in range(f.num_row_groups)), default=0), n)
+                        for n, f in zip(names, footers))
     if largest > LARGE_ROW_GROUP:
         log.warning("input file %s has a row group of %s rows; a row group is never split: one task reads "
                     "and holds it whole. If workers run out of memory, rewrite the input with row groups of "

@@ -76,6 +76,49 @@ def test_fewer_rows_than_k(tmp_path, small):
     assert "12 rows" in err and "k=13" in err
 
 
+def _files(tmp_path, *frames):
+    folder = tmp_path / "extract"
+    folder.mkdir()
+    for i, frame in enumerate(frames):
+        frame.to_parquet(folder / f"part-{i}.parquet", index=False)
+    return folder
+
+
+def test_an_input_file_lacking_a_column(tmp_path, small):
+    source = _files(tmp_path, small[:6], small[6:9], small[9:].drop(columns=["b"]))
+    err = _fails(tmp_path, source, "--k", "3", "--qi", "a")
+    assert "'b'" in err and "missing from 1 of 3 input files" in err and "part-2.parquet" in err
+
+
+def test_an_input_file_with_a_column_the_first_lacks(tmp_path, small):
+    source = _files(tmp_path, small[:6], small[6:].assign(extra=1))
+    err = _fails(tmp_path, source, "--k", "3", "--qi", "a")
+    assert "'extra'" in err and "1 of 2 input files" in err and "not in the first" in err
+
+
+@pytest.mark.parametrize("column, qi", [("c", "a"), ("a", "a")])
+def test_a_column_of_incompatible_types_across_files(tmp_path, small, column, qi):
+    """A column that is text in one file and numbers in another (a QI or any other column) is refused up
+    front; before, the other column failed only at the write, after the whole job."""
+    other = small[6:].copy()
+    other[column] = np.arange(6) if column == "c" else other[column].astype(str)
+    err = _fails(tmp_path, _files(tmp_path, small[:6], other), "--k", "3", "--qi", qi)
+    assert f"'{column}'" in err and "no one type holds" in err and "1 file(s)" in err
+
+
+def test_files_of_different_numeric_types_are_released_in_the_wider_type(tmp_path, small):
+    """int64 in one file, float64 in another (not a QI): the column comes out float64, values intact."""
+    other = small[6:].assign(id=small["id"][6:] + 0.5)
+    out = tmp_path / "release"
+    microagg_cli("anonymize", _files(tmp_path, small[:6], other), out, "--k", "3", "--qi", "a,b",
+                 "--scheduler", "synchronous", check=True)
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out)
+    assert str(table.schema.field("id").type) == "double"
+    assert table.column("id").to_pylist() == [*range(6), *(np.arange(6, 12) + 0.5)]
+
+
 def test_unknown_method(tmp_path, small):
     err = _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--method", "magic")
     assert "unknown method 'magic'" in err and "mdav" in err
