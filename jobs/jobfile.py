@@ -586,6 +586,7 @@ def _check_combinations(job, values):
     if job.evaluate is None and values.get("report", {}).get("evaluation") is not None:
         errors.append("[report] evaluation: the evaluation is off ([evaluate] run = false, release_where or "
                       "missing = \"centroid\")")
+    from ..pipeline import io
     from ..pipeline.release import not_evaluable
 
     unpaired = not_evaluable(job.options)
@@ -603,11 +604,8 @@ def _check_combinations(job, values):
     elif os.path.isdir(output) and os.listdir(output) and not os.path.exists(os.path.join(output, "_SUCCESS")):
         errors.append(f"[output] path: {output!r} exists and is not a microagg release (no _SUCCESS marker); "
                       f"remove it or choose another path")
-    if not _is_url(job.input) and not any(c in job.input for c in "*?["):
-        source = os.path.abspath(job.input.rstrip(os.sep) or os.sep)
-        if output == source or output.startswith(source + os.sep):
-            errors.append(f"[output] path: {output!r} lies inside the input {source!r}; the next run would read "
-                          "the release as input")
+    if not _is_url(job.input) and (clash := io.overlap(job.input, output)):
+        errors.append(f"[output] path: {clash}")
     for key, path in (("json", job.report), ("html", job.html), ("evaluation", job.evaluation)):
         if path is None or _is_url(path):
             if path is not None:

@@ -6,6 +6,7 @@ import shutil
 import socket
 import threading
 import uuid
+from collections import Counter
 from importlib.resources import files
 
 import dask.dataframe as dd
@@ -56,6 +57,24 @@ def resolve_input(path):
     )
 
 
+def overlap(input_path, output):
+    """Why ``output`` cannot be written for the local input ``input_path`` (a message), or None: it is
+    the input, lies inside it (the next run would read the release as input) or holds it (the release
+    would replace its own input). Symbolic links are followed; a glob is checked against what it matches."""
+    path = str(input_path)
+    if path.startswith("example:") or "://" in path and not path.startswith("file://"):
+        return None
+    out = os.path.realpath(output)
+    fs, _, paths = fsspec.get_fs_token_paths(path)
+    for source in paths or [path]:
+        source = os.path.realpath(source)
+        if out == source or out.startswith(source.rstrip(os.sep) + os.sep):
+            return f"the output {str(output)!r} lies inside the input {path!r}; the next run would read the release as input"
+        if source.startswith(out.rstrip(os.sep) + os.sep):
+            return f"the input {path!r} lies inside the output {str(output)!r}; the release would replace its own input"
+    return None
+
+
 def _data_files(urlpath):
     """``(filesystem, data files)`` of an input: the files of its paths and directories, in name order,
     without hidden and ``_``-prefixed ones (``_SUCCESS``, ``_metadata``)."""
@@ -88,6 +107,43 @@ def _footers(urlpath):
         return names, list(pool.map(footer, names))
 
 
+def same_columns(names, columns):
+    """Refuse input files (``names``) whose column names (``columns``, one list per file) are not the
+    first file's, in any order, or name a column twice: an :class:`InputError` naming the column and
+    the files."""
+    for name, header in zip(names, columns):
+        twice = [c for c, count in Counter(header).items() if count > 1]
+        if twice:
+            raise InputError(f"column {twice[0]!r} is named {Counter(header)[twice[0]]} times in {name}; "
+                             "every column needs a name of its own")
+    first = set(columns[0])
+    for column in columns[0]:
+        lacking = [n for n, c in zip(names, columns) if column not in c]
+        if lacking:
+            raise InputError(f"column {column!r} is missing from {len(lacking)} of {len(names)} input files "
+                             f"(e.g. {lacking[0]}); every file of an input must have the same columns")
+    for column in dict.fromkeys(c for header in columns[1:] for c in header if c not in first):
+        having = [n for n, c in zip(names, columns) if column in c]
+        raise InputError(f"column {column!r} is in {len(having)} of {len(names)} input files (e.g. {having[0]}) "
+                         f"but not in the first, {names[0]}; every file of an input must have the same columns")
+
+
+def _csv_headers(urlpath):
+    """``(names, column names)`` of every CSV file of ``urlpath`` (their header lines, read in parallel)."""
+    import csv
+    from concurrent.futures import ThreadPoolExecutor
+
+    fs, _, paths = fsspec.get_fs_token_paths(urlpath)
+
+    def header(name):
+        with fsspec.open(name, "rt", compression="infer", newline="", **fs.storage_options) as fh:
+            return next(csv.reader(fh), [])
+
+    names = sorted(fs.unstrip_protocol(p) if "://" in urlpath else p for p in paths)
+    with ThreadPoolExecutor(min(16, len(names))) as pool:
+        return names, list(pool.map(header, names))
+
+
 def common_schema(names, schemas):
     """The Arrow schema a Parquet input's files share: the first file's, with each column's type
     widened to hold every file's (int32 and int64 -> int64, int64 and double -> double, a
@@ -98,15 +154,7 @@ def common_schema(names, schemas):
     first = schemas[0]
     if all(s.equals(first) for s in schemas[1:]):
         return first
-    for column in first.names:
-        lacking = [n for n, s in zip(names, schemas) if column not in s.names]
-        if lacking:
-            raise InputError(f"column {column!r} is missing from {len(lacking)} of {len(names)} input files "
-                             f"(e.g. {lacking[0]}); every file of a Parquet input must have the same columns")
-    for column in dict.fromkeys(c for s in schemas[1:] for c in s.names if c not in first.names):
-        having = [n for n, s in zip(names, schemas) if column in s.names]
-        raise InputError(f"column {column!r} is in {len(having)} of {len(names)} input files (e.g. {having[0]}) "
-                         f"but not in the first, {names[0]}; every file of a Parquet input must have the same columns")
+    same_columns(names, [s.names for s in schemas])
     fields = []
     for field in first:
         types = [s.field(field.name).type for s in schemas]
@@ -177,12 +225,19 @@ def read_input_and_schema(path, blocksize="64MB"):
     fmt, urlpath = resolve_input(path)
     try:
         if fmt == "csv":
-            return dd.read_csv(urlpath, blocksize=blocksize), None
-        # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
-        # column like any other, released unchanged, not an index the write would drop
-        ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False)
+            ddf = dd.read_csv(urlpath, blocksize=blocksize)
+        else:
+            # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
+            # column like any other, released unchanged, not an index the write would drop
+            ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {path!r} as {fmt.upper()}: {exc}") from exc
+    if fmt == "csv":
+        names, headers = _csv_headers(urlpath)
+        same_columns(names, headers)
+        if any(h != headers[0] for h in headers):  # the same columns in another order: each block in the first's
+            ddf = ddf.map_partitions(_in_order, list(ddf.columns), meta=ddf._meta)
+        return ddf, None
     try:
         names, footers = _footers(urlpath)
     except Exception:  # unreadable footers fail the read itself, with its own message
@@ -194,6 +249,10 @@ def read_input_and_schema(path, blocksize="64MB"):
     names = [c for c in schema.names if c in ddf.columns]
     order = names + [c for c in ddf.columns if c not in schema.names]
     return (ddf if order == list(ddf.columns) else ddf[order]), schema
+
+
+def _in_order(part, columns):
+    return part[columns]
 
 
 def _warn_of_large_row_groups(names, footers):

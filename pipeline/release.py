@@ -194,9 +194,10 @@ def _comoments(A):
     """``(rows, column means, centred cross-products)`` of the rows of ``A`` (``(n, d)``)."""
     if not len(A):
         return 0, np.zeros(A.shape[1]), np.zeros((A.shape[1], A.shape[1]))
-    mean = A.mean(axis=0)
-    C = A - mean
-    return len(A), mean, C.T @ C
+    with np.errstate(over="ignore", invalid="ignore"):  # values too large to square: refused by check_finite
+        mean = A.mean(axis=0)
+        C = A - mean
+        return len(A), mean, C.T @ C
 
 
 def _merge_comoments(parts):
@@ -1348,6 +1349,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     with timings.stage("validate"):
         columns = plan(ddf, options)  # fail on bad options before touching the output location
         page = html_path(output, report_path) if html else None
+        if clash := io.overlap(input_path, output):
+            raise InputError(clash)
     tmp = io.prepare_output(output)
     try:
         keep = _fits_in_memory(input_path)

@@ -216,6 +216,7 @@ def check_finite(columns, totals, missing="error", empty_rows=0):
     a row has no observed value), infinite or overflowing values, naming each and its row count.
     ``totals`` is a :class:`pipeline.stats.ColumnSums`; ``empty_rows`` counts rows with every QI missing."""
     problems = []
+    nan_rows = missing != "centroid" and any(totals.nans)  # the one problem --missing centroid solves
     if missing == "centroid" and empty_rows:
         problems.append(f"{int(empty_rows)} row(s) have every quasi-identifier missing (nothing to place them by)")
     for name, nans, infs, huge in zip(columns, totals.nans, totals.infs, totals.huge):
@@ -232,7 +233,8 @@ def check_finite(columns, totals, missing="error", empty_rows=0):
         raise InputError(
             "quasi-identifiers must be finite numbers: " + "; ".join(problems)
             + (". Impute or drop those rows before microaggregation, or release missing values as their "
-               "group's centroid with --missing centroid." if missing != "centroid" else ".")
+               "group's centroid with --missing centroid." if nan_rows else
+               ". Fix or drop those rows before microaggregation.")
         )
 
 

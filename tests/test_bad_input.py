@@ -36,7 +36,7 @@ def _csv(tmp_path, df, name="in.csv"):
 def test_nan_values_name_column_and_count(tmp_path, small):
     small.loc[[1, 4, 7], "b"] = np.nan
     err = _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,b")
-    assert "'b'" in err and "3 row(s)" in err and "missing" in err
+    assert "'b'" in err and "3 row(s)" in err and "missing" in err and "--missing centroid" in err
 
 
 def test_infinite_values_name_column_and_count(tmp_path, small):
@@ -46,6 +46,7 @@ def test_infinite_values_name_column_and_count(tmp_path, small):
     small.to_parquet(path, index=False)
     err = _fails(tmp_path, path, "--k", "3", "--qi", "a,b")
     assert "'a'" in err and "2 row(s)" in err and "infinite" in err
+    assert "--missing centroid" not in err  # it releases missing values, not infinite ones
 
 
 def test_non_numeric_qi_names_column_and_value(tmp_path, small):
@@ -117,6 +118,54 @@ def test_files_of_different_numeric_types_are_released_in_the_wider_type(tmp_pat
     table = pq.read_table(out)
     assert str(table.schema.field("id").type) == "double"
     assert table.column("id").to_pylist() == [*range(6), *(np.arange(6, 12) + 0.5)]
+
+
+def test_a_csv_header_naming_a_column_twice(tmp_path):
+    """pandas would rename the second 'income' to 'income.1' and release it unchanged: a QI's copy in clear."""
+    path = tmp_path / "in.csv"
+    path.write_text("income,age,income\n" + "".join(f"{i},{i % 7},{i}\n" for i in range(20)))
+    err = _fails(tmp_path, path, "--k", "3", "--qi", "income,age")
+    assert "'income' is named 2 times" in err and "in.csv" in err
+
+
+def test_csv_files_lacking_a_column(tmp_path, small):
+    folder = tmp_path / "extract"
+    folder.mkdir()
+    small[:6].to_csv(folder / "part-0.csv", index=False)
+    small[6:].drop(columns=["c"]).to_csv(folder / "part-1.csv", index=False)
+    err = _fails(tmp_path, folder, "--k", "3", "--qi", "a,b")
+    assert "'c'" in err and "missing from 1 of 2 input files" in err and "part-1.csv" in err
+
+
+def test_csv_files_with_their_columns_in_another_order(tmp_path, small):
+    """Each file's header names its columns: the release is the one of the same rows in one file."""
+    folder = tmp_path / "extract"
+    folder.mkdir()
+    small[:6].to_csv(folder / "part-0.csv", index=False)
+    small[6:][["c", "b", "id", "a"]].to_csv(folder / "part-1.csv", index=False)
+    whole = _csv(tmp_path, small)
+    common = ["--k", "3", "--qi", "a,b", "--scheduler", "synchronous", "--no-html", "--no-evaluate"]
+    microagg_cli("anonymize", folder, tmp_path / "from-two", *common, check=True)
+    microagg_cli("anonymize", whole, tmp_path / "from-one", *common, check=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "from-two"), pd.read_parquet(tmp_path / "from-one"))
+
+
+def test_an_output_inside_the_input_directory(tmp_path, small):
+    """The next run would read the release as more input (the CLI, as the job files already did)."""
+    source = _files(tmp_path, small)
+    proc = microagg_cli("anonymize", source, source / "release", "--k", "3", "--qi", "a,b", "--scheduler",
+                        "synchronous")
+    assert proc.returncode == 2 and "lies inside the input" in proc.stderr, proc.stderr
+    assert sorted(os.listdir(source)) == ["part-0.parquet"]
+    link = tmp_path / "link"
+    link.symlink_to(source)
+    proc = microagg_cli("anonymize", link, source / "release", "--k", "3", "--qi", "a", "--scheduler", "synchronous")
+    assert proc.returncode == 2 and "lies inside the input" in proc.stderr, proc.stderr
+    # a glob that cannot match the release is fine
+    out = source / "release"
+    microagg_cli("anonymize", f"{source}/*.parquet", out, "--k", "3", "--qi", "a,b", "--scheduler", "synchronous",
+                 "--no-evaluate", check=True)
+    assert len(pd.read_parquet(out)) == len(small)
 
 
 def test_unknown_method(tmp_path, small):

@@ -307,6 +307,8 @@ BAD = [
      "release_where = 'B > 1'\n",
      "[anonymize] release_where may only use quasi-identifier columns"),
     ("[input]\npath = 'data/'\n[output]\npath = 'data/release'\n[anonymize]\nk = 5\n", "lies inside the input"),
+    ("[input]\npath = 'exports/x.parquet'\n[output]\npath = 'exports'\n[anonymize]\nk = 5\n",
+     "lies inside the output"),
     ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nquasi_identifiers = ['A']\n"
      "[evaluate]\nknown = [['B']]\n", "[evaluate] known: column(s) 'B' are not quasi-identifiers"),
     ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[cluster]\nprocesses = true\n"
