@@ -11,6 +11,7 @@ from importlib.resources import files
 
 import dask.dataframe as dd
 import fsspec
+import numpy as np
 
 from .errors import InputError, ReleaseGateError
 
@@ -248,7 +249,53 @@ def read_input_and_schema(path, blocksize="64MB"):
     # partition's)
     names = [c for c in schema.names if c in ddf.columns]
     order = names + [c for c in ddf.columns if c not in schema.names]
-    return (ddf if order == list(ddf.columns) else ddf[order]), schema
+    return _coalesced(ddf if order == list(ddf.columns) else ddf[order], footers), schema
+
+
+def cluster_cores():
+    """Threads of the current Dask client's workers, else this machine's cores."""
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):
+        return os.cpu_count() or 1
+    return sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()) or 1
+
+
+def _coalesced(ddf, footers):
+    """Many small files (thousands of hourly or per-task files) read as fewer partitions: each file
+    is one partition, and every stage pays a task per partition and per pass (2,000 files of 500
+    rows took 10x the time of the same rows in 10 files). Adjacent files are read together, about
+    :data:`PARQUET_BLOCKSIZE` of uncompressed data per partition, and at least two partitions per
+    core. The rows and their order do not change, so neither does the release."""
+    if ddf.npartitions != len(footers):  # a file split into row groups: partitions are large already
+        return ddf
+    from dask.utils import parse_bytes
+
+    size = sum(f.row_group(i).total_byte_size for f in footers for i in range(f.num_row_groups))
+    target = max(2 * cluster_cores(), -(-size // parse_bytes(PARQUET_BLOCKSIZE)))
+    if 2 * target > ddf.npartitions:  # too few to be worth it
+        return ddf
+    cuts = np.linspace(0, ddf.npartitions, target + 1).round().astype(int)
+    return dd.from_map(_ReadTogether(ddf), [range(a, b) for a, b in zip(cuts[:-1], cuts[1:])], meta=ddf._meta,
+                       enforce_metadata=False)
+
+
+class _ReadTogether:
+    """Reads a run of the input's partitions (whole small files) in one task: Dask's own reads, one
+    after the other in the task, concatenated (a task per file cost 5 ms of scheduling and transfer,
+    more than reading the file). A column projection of the frame reaches the reads (``columns``)."""
+
+    def __init__(self, ddf):
+        self.ddf = ddf
+
+    def __dask_tokenize__(self):
+        return "read-together", self.ddf._name
+
+    def __call__(self, parts, columns=None):
+        frame = self.ddf if columns is None else self.ddf[list(columns)]
+        return frame.partitions[list(parts)].compute(scheduler="sync")
 
 
 def _in_order(part, columns):

@@ -1066,10 +1066,9 @@ def _enough_partitions(ddf):
     """Split an input read as fewer partitions than twice the cores (one large file, say), so the
     reading and statistics passes run in parallel. Row ids stay global positions, so the release
     does not change."""
-    client = _client()
-    cores = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()) if client else os.cpu_count()
-    if ddf.npartitions < 2 * (cores or 1):
-        return ddf.repartition(npartitions=2 * (cores or 1))
+    cores = io.cluster_cores()
+    if ddf.npartitions < 2 * cores:
+        return ddf.repartition(npartitions=2 * cores)
     return ddf
 
 

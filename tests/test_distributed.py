@@ -146,6 +146,24 @@ def test_a_large_parquet_file_is_read_in_partitions_of_whole_row_groups(tmp_path
     assert _files(tmp_path / "release") == reference
 
 
+def test_many_small_files_are_read_together_with_the_same_release(tmp_path, data):
+    """200 files of 100 rows: read as a few partitions of adjacent files (each stage paid a task per file
+    and per pass), at least two per core; the release is the one from a single file."""
+    from microagg.pipeline import io
+
+    root, df = data
+    source = tmp_path / "many"
+    source.mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(len(df)), 200)):
+        df.iloc[rows].to_parquet(source / f"part-{i:03d}.parquet", index=False)
+    assert io.read_input(source).npartitions == 2 * io.cluster_cores()
+    assert io.read_input(root / "four").npartitions == 4  # few files: as they are
+    common = ["--k", 4, *BLOCKED]
+    reference = _files(_run(tmp_path, "reference", root / "one.parquet", *common, "--scheduler", "synchronous"))
+    assert _files(_run(tmp_path, "local", source, *common, "--workers", 2)) == reference
+    assert _files(_run(tmp_path, "processes", source, *common, "--workers", 2, "--processes")) == reference
+
+
 def test_the_two_level_exchange_gives_the_same_release(tmp_path, data, monkeypatch):
     """Past graph.DIRECT_PIECES (the large-cluster shape) rows reach their tasks, and released values
     their files, through two levels of pieces: same bytes as the direct exchange, with attribute

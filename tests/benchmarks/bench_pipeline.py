@@ -12,6 +12,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py floors --rows 1M,10M
     .venv/bin/python tests/benchmarks/bench_pipeline.py small
     .venv/bin/python tests/benchmarks/bench_pipeline.py cpu --rows 10000000 --runs 2
+    .venv/bin/python tests/benchmarks/bench_pipeline.py files --rows 1000000 --files 2000 --runs 2
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -56,6 +57,11 @@ the sizes ``scale`` measures.
 local search, optionally / band / upper band of the stitching, ``2500/32/6/0/0``: no stitching, and
 then / block sweeps): CPU seconds and IL, the measurement behind the defaults.
 
+``files``: the same rows as the extract's files and as ``--files`` small files of equal row counts
+(the shape of an export written by many tasks), ``microagg anonymize`` on each, alternated ``--runs``
+times: seconds, the stages, the ratio of the small files' best to the extract's best, and whether the
+releases are the same bytes.
+
 ``small``: ``light`` before and after its block sweeps (bands 0.5 / 0.25 without sweeps, and the
 preset now) on small inputs forced into blocks: the CASC census and EIA files and extracts of 20k
 and 100k rows, blocks of 500, 1,000 and 2,500 rows, k = 3, 5 and 10. The IL of each, and the change.
@@ -90,20 +96,26 @@ from synthetic import QI, extract  # noqa: E402
 BIN = Path(sys.executable).parent
 
 
+def _cached(path, build):
+    """The directory ``path``, filled by ``build(path)`` unless a run before did (marked ``_DONE``)."""
+    if not (path / "_DONE").exists():
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        build(path)
+        (path / "_DONE").touch()
+    return path
+
+
 def make_extract(rows, root, rows_per_file=1_000_000):
     """Synthetic extract as Parquet files (generated file by file; cached by size)."""
-    path = Path(root) / f"extract-{rows}"
-    if (path / "_DONE").exists():
-        return path
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
-    for i, start in enumerate(range(0, rows, rows_per_file)):
-        n = min(rows_per_file, rows - start)
-        df = extract(n, seed=100 + i)
-        df["person_id"] += start * 7
-        df.to_parquet(path / f"part-{i:04d}.parquet", index=False)
-    (path / "_DONE").touch()
-    return path
+    def build(path):
+        for i, start in enumerate(range(0, rows, rows_per_file)):
+            n = min(rows_per_file, rows - start)
+            df = extract(n, seed=100 + i)
+            df["person_id"] += start * 7
+            df.to_parquet(path / f"part-{i:04d}.parquet", index=False)
+
+    return _cached(Path(root) / f"extract-{rows}", build)
 
 
 def _holes(df, i):
@@ -127,18 +139,15 @@ DERIVED = {"holes": _holes, "weighted": _weighted}
 
 def derived_extract(rows, root, name):
     """The extract with ``DERIVED[name]`` applied file by file (cached)."""
-    source = make_extract(rows, root)
-    path = Path(root) / f"extract-{rows}-{name}"
-    if (path / "_DONE").exists():
-        return path
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
     import pandas as pd
 
-    for i, part in enumerate(sorted(source.glob("part-*.parquet"))):
-        DERIVED[name](pd.read_parquet(part), i).to_parquet(path / part.name, index=False)
-    (path / "_DONE").touch()
-    return path
+    source = make_extract(rows, root)
+
+    def build(path):
+        for i, part in enumerate(sorted(source.glob("part-*.parquet"))):
+            DERIVED[name](pd.read_parquet(part), i).to_parquet(path / part.name, index=False)
+
+    return _cached(Path(root) / f"extract-{rows}-{name}", build)
 
 
 def one_file_extract(rows, root):
@@ -147,22 +156,19 @@ def one_file_extract(rows, root):
     import pyarrow.parquet as pq
 
     source = make_extract(rows, root)
-    path = Path(root) / f"extract-{rows}-one-file"
-    if (path / "_DONE").exists():
-        return path / "extract.parquet"
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
-    writer = None
-    try:
-        for part in sorted(source.glob("part-*.parquet")):
-            table = pq.read_table(part)
-            writer = writer or pq.ParquetWriter(path / "extract.parquet", table.schema)
-            writer.write_table(table, row_group_size=1_000_000)
-    finally:
-        if writer is not None:
-            writer.close()
-    (path / "_DONE").touch()
-    return path / "extract.parquet"
+
+    def build(path):
+        writer = None
+        try:
+            for part in sorted(source.glob("part-*.parquet")):
+                table = pq.read_table(part)
+                writer = writer or pq.ParquetWriter(path / "extract.parquet", table.schema)
+                writer.write_table(table, row_group_size=1_000_000)
+        finally:
+            if writer is not None:
+                writer.close()
+
+    return _cached(Path(root) / f"extract-{rows}-one-file", build) / "extract.parquet"
 
 
 def inprocess(args):
@@ -914,10 +920,54 @@ def cpu(args):
               f"{report['timings']['blocks']:.2f} | {report['information_loss']:.4f} | {'yes' if same else 'NO'} |")
 
 
+def many_files_extract(rows, root, files):
+    """The extract rewritten as ``files`` Parquet files of (nearly) equal row counts (cached)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = make_extract(rows, root)
+
+    def build(path):
+        table = pa.concat_tables(pq.read_table(part) for part in sorted(source.glob("part-*.parquet")))
+        cuts = np.linspace(0, rows, files + 1).round().astype(int)
+        for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+            pq.write_table(table.slice(a, b - a), path / f"part-{i:05d}.parquet")
+
+    return _cached(Path(root) / f"extract-{rows}-{files}-files", build)
+
+
+def files(args):
+    """The extract's files against the same rows in ``--files`` small files (module docstring)."""
+    from microagg.jobs.cluster import local_shape
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    sources = {"extract": make_extract(args.rows, root), "small files": many_files_extract(args.rows, root, args.files)}
+    workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
+    print(f"{args.rows:,} rows x 13 QIs, k={args.k}; {workers} worker(s) x {threads} thread(s); "
+          f"{len(list(sources['extract'].glob('*.parquet')))} file(s) against {args.files:,}\n")
+    results = {name: [] for name in sources}
+    for run in range(args.runs):
+        for name, source in sources.items():
+            seconds, report = _anonymize(args, source, root / "release-files", workers, threads, digest=True)
+            print(f"  run {run + 1} {name}: {seconds:.2f} s", flush=True)
+            results[name].append((seconds, report))
+    base = min(s for s, _ in results["extract"])
+    print("\n| input | files | runs s | best s | vs extract | statistics / blocks / write s (best run) | IL % "
+          "| same release |")
+    print("| --- | ---: | --- | ---: | ---: | --- | ---: | --- |")
+    for name, runs in results.items():
+        best, report = min(runs, key=lambda r: r[0])
+        stages = " / ".join(f"{report['timings'].get(s, 0):.1f}" for s in ("statistics", "blocks", "write"))
+        same = report["release_digest"] == results["extract"][0][1]["release_digest"]
+        count = len(list(sources[name].glob("*.parquet")))
+        print(f"| {name} | {count:,} | {', '.join(f'{s:.2f}' for s, _ in runs)} | {best:.2f} | {best / base:.2f}x "
+              f"| {stages} | {report['information_loss']:.4f} | {'yes' if same else 'NO'} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
-                                         "evaluate", "quality", "floors", "small", "cpu"))
+                                         "evaluate", "quality", "floors", "small", "cpu", "files"))
     parser.add_argument("--dld-records", type=int, default=None,
                         help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -946,6 +996,7 @@ def main():
     parser.add_argument("--runs", type=int, default=1, help="scale: runs of microagg (the best is kept)")
     parser.add_argument("--one-file", action="store_true",
                         help="scale: the extract as one Parquet file of 1M-row row groups")
+    parser.add_argument("--files", type=int, default=2000, help="files mode: how many small files")
     parser.add_argument("--refine", default="none")
     parser.add_argument("--stitch", default="light", help="scale / sweep / methods / modes: the CLI's --stitch")
     parser.add_argument("--timeout", type=float, default=3600,
@@ -958,7 +1009,7 @@ def main():
         parser.error("several --rows are for the sweep and floors modes only")
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
      "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality,
-     "floors": floors, "small": small, "cpu": cpu}[args.mode](args)
+     "floors": floors, "small": small, "cpu": cpu, "files": files}[args.mode](args)
 
 
 if __name__ == "__main__":
