@@ -164,6 +164,20 @@ def test_many_small_files_are_read_together_with_the_same_release(tmp_path, data
     assert _files(_run(tmp_path, "processes", source, *common, "--workers", 2, "--processes")) == reference
 
 
+def test_many_small_csv_files_are_read_together_with_the_same_release(tmp_path, data):
+    from microagg.pipeline import io
+
+    _, df = data
+    source = tmp_path / "csv-files"
+    source.mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(len(df)), 100)):
+        df.iloc[rows].to_csv(source / f"part-{i:03d}.csv", index=False)
+    df.to_csv(tmp_path / "one.csv", index=False)
+    assert io.read_input(source).npartitions == 2 * io.cluster_cores()
+    common = ["--k", 4, *BLOCKED, "--scheduler", "synchronous"]
+    assert _files(_run(tmp_path, "many", source, *common)) == _files(_run(tmp_path, "one", tmp_path / "one.csv", *common))
+
+
 def test_the_two_level_exchange_gives_the_same_release(tmp_path, data, monkeypatch):
     """Past graph.DIRECT_PIECES (the large-cluster shape) rows reach their tasks, and released values
     their files, through two levels of pieces: same bytes as the direct exchange, with attribute
