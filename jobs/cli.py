@@ -9,7 +9,8 @@ import sys
 
 from . import evaluate, generate, logs
 from . import run as jobrun
-from .exit_codes import EXIT_CLUSTER, EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, is_cluster_failure
+from .exit_codes import (EXIT_CLUSTER, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_STORAGE, EXIT_TERMINATED, Terminated,
+                         is_cluster_failure, is_storage_failure)
 from .flags import RELEASE_DLD_RECORDS, add_cluster_arguments, add_risk_arguments
 
 EXIT_OK = 0
@@ -318,11 +319,32 @@ def main(argv=None):
         if is_cluster_failure(exc):  # workers lost beyond the retries, the scheduler gone (jobs/exit_codes.py)
             return logs.failed(args, exc, EXIT_CLUSTER, f"microagg: error: the Dask cluster failed "
                                                         f"({type(exc).__name__}): {exc}. Nothing was written.")
+        unseen = _unseen_by_workers(exc)
+        if unseen:
+            return logs.failed(args, exc, EXIT_INPUT, f"microagg: error: a Dask worker cannot find {unseen!r}, which "
+                                                      f"this job sees: the workers must see the input and the output "
+                                                      f"at the same paths as the job (a shared filesystem; or an "
+                                                      f"object store URL for the input). Nothing was written.")
+        if is_storage_failure(exc):  # a full, read-only or forbidden filesystem (jobs/exit_codes.py)
+            return logs.failed(args, exc, EXIT_STORAGE, f"microagg: error: a filesystem refused a write or read: "
+                                                        f"{exc}. Nothing was written.")
         return logs.failed(args, exc, EXIT_INTERNAL, f"microagg: internal error ({type(exc).__name__}): {exc}. "
                                                      f"Re-run with --debug for the traceback.")
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _unseen_by_workers(exc):
+    """The path a task could not find though it exists here (workers of a remote scheduler that do not
+    share the job's filesystem), or None."""
+    name = getattr(exc, "filename", None) if isinstance(exc, FileNotFoundError) else None
+    if not name or os.path.exists(name):
+        return name
+    folder = os.path.dirname(name)  # a file of the release's temporary directory (removed since): its parent
+    if ".microagg-tmp-" in os.path.basename(folder) and os.path.isdir(os.path.dirname(folder)):
+        return os.path.dirname(folder)
+    return None
 
 
 def console():

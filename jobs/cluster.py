@@ -226,6 +226,8 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
             )
         try:
             with one_blas_thread() if not processes else contextlib.nullcontext(), Client(cluster) as client:
+                if not log.isEnabledFor(logging.DEBUG):
+                    client.run(_drop_task_failures) if processes else _drop_task_failures()
                 try:
                     yield client
                 finally:
@@ -308,6 +310,21 @@ def check_workers(client, local=None):
                     "without MALLOC_MMAP_THRESHOLD_): every large array gets fresh pages from the kernel, which "
                     "made 10M rows 10-24%% slower here; start the workers with "
                     "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON as deploy/README.md shows", len(slow), len(workers))
+
+
+class _NoTaskFailures(logging.Filter):
+    """Drops a worker's "Compute Failed" record (a task's exception, its traceback and the task's repr):
+    the exception reaches the job, which reports it in one paragraph (the traceback with ``--debug``)."""
+
+    def filter(self, record):
+        return not str(record.msg).startswith("Compute Failed")
+
+
+def _drop_task_failures():
+    """Run where the embedded cluster's workers log: their task failures reach the job's stderr once."""
+    logger = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, _NoTaskFailures) for f in logger.filters):
+        logger.addFilter(_NoTaskFailures())
 
 
 def _silence_distributed():

@@ -17,6 +17,9 @@ code  meaning
       (``jobs.cluster.check_workers``), or the cluster failed during the job (a worker killed beyond the retries:
       ``KilledWorker``; the connection to the scheduler lost: ``CommClosedError``, a refused or
       reset connection, futures cancelled because the scheduler went away); nothing was written
+5     storage failure: a filesystem refused a write or a read (full: ``ENOSPC``, over quota:
+      ``EDQUOT``, read-only: ``EROFS``, permission denied: ``EACCES`` / ``EPERM``), the output's
+      or the workers' spill directory's; nothing was written
 130   interrupted (SIGINT / Ctrl-C); nothing was written
 143   terminated (SIGTERM: a scheduler cancelling the job, a time limit, a pod being stopped); nothing
       was written and the job's temporary directory is removed
@@ -25,15 +28,18 @@ code  meaning
 The codes of the pipeline's own errors are the ``exit_code`` attributes of the classes in
 :mod:`microagg.pipeline.errors` (``tests/test_jobfile.py`` checks that they agree with this table);
 this module adds the codes that are not errors of the pipeline (interrupted, internal) and decides
-which foreign exceptions are cluster failures. It imports nothing heavy: ``distributed``'s exception
+which foreign exceptions are cluster or storage failures. It imports nothing heavy: ``distributed``'s exception
 classes are recognised by module and name, without importing it.
 """
+
+import errno
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_INPUT = 2          # pipeline.errors.InputError.exit_code
 EXIT_GATE = 3           # pipeline.errors.ReleaseGateError.exit_code
 EXIT_CLUSTER = 4        # pipeline.errors.ClusterError.exit_code
+EXIT_STORAGE = 5        # a filesystem refused a read or write (is_storage_failure)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_TERMINATED = 143   # 128 + SIGTERM
 
@@ -66,6 +72,21 @@ def is_cluster_failure(exc):
     return False
 
 
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def is_storage_failure(exc):
+    """True if ``exc`` (or an exception it was explicitly raised from) is a filesystem refusing a read or
+    write: full, over quota, read-only, permission denied (not a connection's error)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and not isinstance(exc, ConnectionError) and exc.errno in _STORAGE_ERRNOS:
+            return True
+        exc = exc.__cause__
+    return False
+
+
 def exit_code_of(exc):
     """The exit code for an exception that ended a command (see the table above)."""
     if isinstance(exc, KeyboardInterrupt):
@@ -75,6 +96,8 @@ def exit_code_of(exc):
         return code
     if is_cluster_failure(exc):
         return EXIT_CLUSTER
+    if is_storage_failure(exc):
+        return EXIT_STORAGE
     return EXIT_INTERNAL
 
 

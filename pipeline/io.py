@@ -58,16 +58,27 @@ def resolve_input(path):
     )
 
 
+def is_local(input_path):
+    """Whether the input is on this machine's filesystem (not an ``example:`` or an object store URL)."""
+    path = str(input_path)
+    return not path.startswith("example:") and ("://" not in path or path.startswith("file://"))
+
+
+def local_paths(input_path):
+    """The local paths a local input names (a glob expanded; the path itself if it matches nothing)."""
+    _, _, paths = fsspec.get_fs_token_paths(str(input_path))
+    return paths or [str(input_path)]
+
+
 def overlap(input_path, output):
     """Why ``output`` cannot be written for the local input ``input_path`` (a message), or None: it is
     the input, lies inside it (the next run would read the release as input) or holds it (the release
     would replace its own input). Symbolic links are followed; a glob is checked against what it matches."""
     path = str(input_path)
-    if path.startswith("example:") or "://" in path and not path.startswith("file://"):
+    if not is_local(path):
         return None
     out = os.path.realpath(output)
-    fs, _, paths = fsspec.get_fs_token_paths(path)
-    for source in paths or [path]:
+    for source in local_paths(path):
         source = os.path.realpath(source)
         if out == source or out.startswith(source.rstrip(os.sep) + os.sep):
             return f"the output {str(output)!r} lies inside the input {path!r}; the next run would read the release as input"

@@ -1009,6 +1009,25 @@ def _in_this_process():
     return client is None or all(a.startswith("inproc://") for a in client.scheduler_info()["workers"])
 
 
+def _missing(paths):
+    return [p for p in paths if not os.path.exists(p)]
+
+
+def _workers_see(path):
+    """Refuse a cluster whose workers (other processes, perhaps other hosts) do not see ``path``, a
+    local input or the release's temporary directory, at the job's path: they read the one and write
+    into the other."""
+    client = _client()
+    if client is None or _in_this_process():
+        return
+    unseen = {worker: gone for worker, gone in client.run(_missing, [os.path.abspath(path)]).items() if gone}
+    if unseen:
+        worker, gone = min(unseen.items())
+        raise InputError(f"{len(unseen)} Dask worker(s) cannot see {gone[0]!r} (e.g. {worker}), which this job sees: "
+                         "the workers must see the input and the output at the same paths as the job (a shared "
+                         "filesystem; or an object store URL for the input). Nothing was written.")
+
+
 def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None, where=None):
     """The released frame: input rows in input order with QIs replaced, identifiers dropped (or
     pseudonymised with the HMAC ``key``), only the rows meeting ``where`` if given. ``released``: one
@@ -1350,8 +1369,11 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         page = html_path(output, report_path) if html else None
         if clash := io.overlap(input_path, output):
             raise InputError(clash)
+        if io.is_local(input_path):
+            _workers_see(io.local_paths(input_path)[0])
     tmp = io.prepare_output(output)
     try:
+        _workers_see(tmp)  # the release's temporary directory, which the workers write into
         keep = _fits_in_memory(input_path)
         released, report = build_release(ddf, options, timings, identifier_key, columns, keep)
         report["input_kept_in_memory"] = keep

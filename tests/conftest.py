@@ -52,10 +52,11 @@ def cluster_address(scheduler_file, workers):
 
 
 @contextmanager
-def dask_processes(root, workers=2, env=None, memory_limit="2GiB"):
+def dask_processes(root, workers=2, env=None, memory_limit="2GiB", wrap=list):
     """``dask scheduler`` and ``workers`` single-threaded ``dask worker`` processes (each under a nanny,
     ``memory_limit``) on 127.0.0.1, as subprocesses: yields the scheduler's address once every worker
-    has joined, stops them all on exit (bounded lifetime). ``env``: the workers' environment."""
+    has joined, stops them all on exit (bounded lifetime). ``env``: the workers' environment;
+    ``wrap``: the command that starts a worker, from ``dask worker``'s (as is by default)."""
     bin_dir = Path(sys.executable).parent
     info = Path(root) / "scheduler.json"
     common = ["--no-dashboard"]
@@ -70,8 +71,9 @@ def dask_processes(root, workers=2, env=None, memory_limit="2GiB"):
             time.sleep(0.2)
         for i in range(workers):
             procs.append(subprocess.Popen(
-                [str(bin_dir / "dask"), "worker", "--scheduler-file", str(info), "--nthreads", "1", "--nworkers", "1",
-                 "--host", "127.0.0.1", "--name", f"w{i}", "--memory-limit", memory_limit, *common],
+                wrap([str(bin_dir / "dask"), "worker", "--scheduler-file", str(info), "--nthreads", "1",
+                      "--nworkers", "1", "--host", "127.0.0.1", "--name", f"w{i}", "--memory-limit", memory_limit,
+                      *common]),
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
         yield cluster_address(info, workers=workers)
     finally:

@@ -168,6 +168,40 @@ def test_an_output_inside_the_input_directory(tmp_path, small):
     assert len(pd.read_parquet(out)) == len(small)
 
 
+def test_a_full_filesystem_is_a_storage_failure(tmp_path, small, monkeypatch, capsys):
+    """The write fails with ENOSPC: exit 5, one paragraph, nothing at the output, no temporary directory."""
+    import errno
+
+    import pyarrow.parquet as pq
+
+    from microagg.jobs import cli
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", full)
+    out = tmp_path / "release"
+    code = cli.main(["anonymize", str(_csv(tmp_path, small)), str(out), "--k", "3", "--qi", "a,b", "--scheduler",
+                     "synchronous", "--no-evaluate"])
+    err = capsys.readouterr().err
+    assert code == 5 and err.startswith("microagg: error: a filesystem refused a write") and "No space left" in err
+    assert not out.exists() and not [p for p in os.listdir(tmp_path) if ".microagg-" in p]
+
+
+def test_a_task_failure_is_reported_once_without_the_workers_traceback(tmp_path):
+    """A text value in the second CSV file fails a task on the local cluster's worker: the job's one
+    paragraph, not also the worker's "Compute Failed" record with its traceback (shown with --debug)."""
+    folder = tmp_path / "extract"
+    folder.mkdir()
+    (folder / "part-0.csv").write_text("a,b\n1,2\n3,4\n5,6\n")
+    (folder / "part-1.csv").write_text("a,b\n7,x\n9,10\n11,12\n")
+    for extra in ([], ["--processes"]):
+        proc = microagg_cli("anonymize", folder, tmp_path / "release", "--k", "2", "--qi", "a,b", "--workers", "1",
+                            *extra)
+        assert proc.returncode == 2 and "'b'" in proc.stderr, proc.stderr
+        assert "Compute Failed" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_unknown_method(tmp_path, small):
     err = _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--method", "magic")
     assert "unknown method 'magic'" in err and "mdav" in err

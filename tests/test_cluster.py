@@ -2,6 +2,8 @@
 
 import json
 import os
+import shlex
+import shutil
 
 import pandas as pd
 import pytest
@@ -35,6 +37,31 @@ def test_cli_on_an_existing_cluster(tmp_path, scheduler):
     report = json.loads((remote / "_report.json").read_text())
     assert report["workers"]["count"] == 2 and report["tasks"] >= 2
     assert_k_anonymous(pd.read_parquet(remote), QI, 5)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
+def test_workers_that_do_not_see_the_input_or_the_output_are_named(tmp_path):
+    """A worker in a mount namespace where the directory ``hidden`` is an empty tmpfs: the job's input
+    there, or its output there, is refused before any work, naming the path; nothing is left behind."""
+    hidden, seen, cluster = tmp_path / "hidden", tmp_path / "seen", tmp_path / "cluster"
+    for folder in (hidden, seen, cluster):
+        folder.mkdir()
+    df = extract(2_000, seed=5)
+    for folder in (hidden, seen):
+        df.to_parquet(folder / "in.parquet", index=False)
+
+    def unshared(command):
+        return ["unshare", "-m", "sh", "-c", f"mount -t tmpfs tmpfs {shlex.quote(str(hidden))} && exec "
+                + shlex.join(command)]
+
+    args = ["--k", 5, "--qi", ",".join(QI), "--no-evaluate"]
+    with dask_processes(cluster, workers=1, wrap=unshared) as address:
+        for source, out, shown in ((hidden / "in.parquet", seen / "release", str(hidden / "in.parquet")),
+                                   (seen / "in.parquet", hidden / "release", str(hidden / ".release.microagg-tmp-"))):
+            proc = microagg_cli("anonymize", source, out, *args, "--scheduler", address)
+            assert proc.returncode == 2, proc.stderr
+            assert "1 Dask worker(s) cannot see " + repr(shown)[:-1] in proc.stderr, proc.stderr
+            assert not out.exists() and not [p for p in os.listdir(out.parent) if ".microagg-" in p]
 
 
 def test_workers_with_other_package_versions_are_refused(scheduler):

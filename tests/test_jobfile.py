@@ -353,6 +353,26 @@ def test_evaluate_unavailable_is_a_clear_input_error(workspace, monkeypatch, cap
 
 # --- exit codes -------------------------------------------------------------------------------------------
 
+def test_a_file_the_workers_cannot_see_is_named(tmp_path, monkeypatch, capsys):
+    """Workers of a remote scheduler that do not share the job's filesystem: a task's FileNotFoundError
+    for a file that exists here (the input), or for a file of the release's temporary directory (removed
+    by the time it is reported) whose parent exists here (the output), is a bad input path: exit 2."""
+    import errno
+
+    source = tmp_path / "part-0.parquet"
+    source.write_bytes(b"x")
+    missing = tmp_path / ".release.microagg-tmp-host-1-abc" / "part-00000.parquet"
+    for path, shown in ((source, source), (missing, tmp_path), (tmp_path / "gone.parquet", None)):
+        def command(args, path=path):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
+        monkeypatch.setitem(cli.COMMANDS, "methods", command)
+        code, _, err = _main(capsys, "methods")
+        if shown is None:
+            assert code == 1 and "internal error" in err
+        else:
+            assert code == 2 and f"a Dask worker cannot find {str(shown)!r}, which this job sees" in err, err
+
+
 def test_exit_code_table_matches_the_error_classes(monkeypatch, capsys):
     from distributed.comm.core import CommClosedError
     from distributed.scheduler import KilledWorker
@@ -366,9 +386,15 @@ def test_exit_code_table_matches_the_error_classes(monkeypatch, capsys):
     assert exit_codes.is_cluster_failure(ConnectionRefusedError())
     assert not exit_codes.is_cluster_failure(FileNotFoundError("x"))
     assert not exit_codes.is_cluster_failure(ValueError())
+    import errno
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    assert exit_codes.is_storage_failure(full) and exit_codes.is_storage_failure(PermissionError(errno.EACCES, "no"))
+    assert not exit_codes.is_storage_failure(ConnectionRefusedError(errno.EPERM, "refused"))
+    assert not exit_codes.is_storage_failure(FileNotFoundError("x"))
     killed = KilledWorker("task", SimpleNamespace(address="tcp://w:1"), 3)
     for raised, code in ((killed, 4), (CommClosedError("lost"), 4), (KeyboardInterrupt(), 130), (RuntimeError("bug"), 1),
-                         (InputError("bad"), 2), (ReleaseGateError("gate"), 3)):
+                         (full, 5), (InputError("bad"), 2), (ReleaseGateError("gate"), 3)):
         def command(args, raised=raised):
             raise raised
         monkeypatch.setitem(cli.COMMANDS, "methods", command)
