@@ -20,6 +20,8 @@ code  meaning
 5     storage failure: a filesystem refused a write or a read (full: ``ENOSPC``, over quota:
       ``EDQUOT``, read-only: ``EROFS``, permission denied: ``EACCES`` / ``EPERM``), the output's
       or the workers' spill directory's; nothing was written
+6     busy (``OutputBusyError``): another job on this host is writing the same output now (a
+      scheduler firing the same export twice); the first job goes on, this one wrote nothing
 130   interrupted (SIGINT / Ctrl-C); nothing was written
 143   terminated (SIGTERM: a scheduler cancelling the job, a time limit, a pod being stopped); nothing
       was written and the job's temporary directory is removed
@@ -40,6 +42,7 @@ EXIT_INPUT = 2          # pipeline.errors.InputError.exit_code
 EXIT_GATE = 3           # pipeline.errors.ReleaseGateError.exit_code
 EXIT_CLUSTER = 4        # pipeline.errors.ClusterError.exit_code
 EXIT_STORAGE = 5        # a filesystem refused a read or write (is_storage_failure)
+EXIT_BUSY = 6           # pipeline.errors.OutputBusyError.exit_code
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_TERMINATED = 143   # 128 + SIGTERM
 

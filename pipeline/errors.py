@@ -23,3 +23,9 @@ class ClusterError(MicroaggError):
     """The Dask cluster could not be reached or started; nothing was written."""
 
     exit_code = 4
+
+
+class OutputBusyError(MicroaggError):
+    """Another job on this host is writing the same output now; this one wrote nothing."""
+
+    exit_code = 6

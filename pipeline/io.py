@@ -5,6 +5,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 import uuid
 from collections import Counter
 from importlib.resources import files
@@ -13,7 +14,7 @@ import dask.dataframe as dd
 import fsspec
 import numpy as np
 
-from .errors import InputError, ReleaseGateError
+from .errors import InputError, OutputBusyError, ReleaseGateError
 
 log = logging.getLogger(__name__)
 
@@ -367,11 +368,18 @@ def prepare_output(output):
     tmp = os.path.join(head, f"{prefix}tmp-{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     os.mkdir(tmp)
     try:
-        _Lease(tmp)
+        mine = _Lease(tmp).order
         now = os.stat(tmp).st_mtime  # the filesystem's clock
         for entry in sorted(os.listdir(head)):
-            if entry.startswith(prefix) and os.path.join(head, entry) != tmp:
-                _recover_stale(os.path.join(head, entry), entry[len(prefix):], host, output, now)
+            path = os.path.join(head, entry)
+            if entry.startswith(prefix) and path != tmp and _recover_stale(path, entry[len(prefix):], host, output,
+                                                                           now):
+                other = _lease_order(path)
+                if other is not None and other < mine:  # the earlier of two jobs goes on
+                    raise OutputBusyError(
+                        f"another microagg job on this host (PID {other[2]}) is writing {output} now; nothing was "
+                        f"written. A second run of the same export (a scheduler firing twice?) waits for the first "
+                        f"to end; a job that dies is recognised by the next run, which cleans up after it")
     except BaseException:
         discard_output(tmp)
         raise
@@ -380,7 +388,7 @@ def prepare_output(output):
 
 def _recover_stale(path, tag, host, output, now):
     """Clean up after a job that died: drop its temporary, restore a moved-aside release. ``now``:
-    the filesystem's clock."""
+    the filesystem's clock. Returns True for the temporary directory of a job running on this host."""
     try:
         kind, rest = tag.split("-", 1)
         entry_host, pid, _ = rest.rsplit("-", 2)
@@ -398,7 +406,7 @@ def _recover_stale(path, tag, host, output, now):
             return  # gone meanwhile
     if entry_host == host:
         if _job_running(pid, changed):
-            return
+            return kind == "tmp"
     elif now - changed <= LEASE_EXPIRY:
         return  # another host's job, maybe still running
     if kind == "old" and not os.path.exists(output):
@@ -481,6 +489,17 @@ Generous: removing a live job's directory costs that job (its commit then fails)
 directory waits at most this long beyond the next run that finds it."""
 
 
+def _lease_order(tmp):
+    """``(start time, directory name, PID)`` of the job of the temporary directory ``tmp``, from its
+    lease; None without one (not yet written: a job that started after this one's lease)."""
+    try:
+        with open(os.path.join(tmp, LEASE)) as fh:
+            fields = fh.read().split()
+        return float(fields[2]) if len(fields) > 2 else 0.0, os.path.basename(tmp), int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class _Lease:
     """The lease file of a job's temporary directory, refreshed by a daemon thread until ``end``."""
 
@@ -489,8 +508,9 @@ class _Lease:
 
     def __init__(self, tmp):
         self.path = os.path.join(tmp, LEASE)
+        self.order = (time.time(), os.path.basename(tmp), os.getpid())  # _lease_order's
         with open(self.path, "w") as fh:
-            fh.write(f"{socket.gethostname()} {os.getpid()}\n")
+            fh.write(f"{socket.gethostname()} {os.getpid()} {self.order[0]!r}\n")
         self.stop = threading.Event()
         with self._lock:
             self._running[tmp] = self

@@ -24,7 +24,7 @@ import pytest
 from conftest import assert_k_anonymous, dask_processes, microagg_cli
 from microagg.jobs.cluster import PEER_CONNECT_TIMEOUT
 from microagg.pipeline import io
-from microagg.pipeline.errors import ReleaseGateError
+from microagg.pipeline.errors import OutputBusyError, ReleaseGateError
 from microagg.pipeline.generate import IDENTIFIERS, QUASI_IDENTIFIERS
 
 BIN = Path(sys.executable).parent
@@ -262,6 +262,44 @@ def test_a_running_job_keeps_its_temporary_directory(tmp_path):
     running = _stale_dir(tmp_path, os.getpid())  # this process started before the directory was made
     io.discard_output(io.prepare_output(tmp_path / "release"))
     assert running.exists()
+
+
+def _leased(path, start):
+    (path / io.LEASE).write_text(f"{socket.gethostname()} {os.getpid()} {start!r}\n")
+    return path
+
+
+def test_a_second_job_on_the_same_output_and_host_is_refused(tmp_path):
+    """A live job's directory with an earlier lease: this job stops (exit 6), its own directory removed,
+    the other's kept. One whose lease is later than this job's (they started together) is not in the way:
+    the earlier of the two goes on. An old release's lease (no start time) counts as the earliest."""
+    first = _leased(_stale_dir(tmp_path, os.getpid()), time.time() - 5)
+    with pytest.raises(OutputBusyError, match=rf"PID {os.getpid()}\) is writing .*release now") as caught:
+        io.prepare_output(tmp_path / "release")
+    assert caught.value.exit_code == 6
+    assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]
+    _leased(first, time.time() + 5)
+    io.discard_output(io.prepare_output(tmp_path / "release"))
+    (first / io.LEASE).write_text(f"{socket.gethostname()} {os.getpid()}\n")
+    with pytest.raises(OutputBusyError):
+        io.prepare_output(tmp_path / "release")
+    assert first.exists()
+
+
+def test_the_same_export_started_twice_runs_once(tmp_path, data):
+    """Two ``microagg anonymize`` runs of one export on one host: the second exits 6 while the first
+    writes; the first's release is committed, whole."""
+    _, source = data
+    out = tmp_path / "release"
+    first = Job("anonymize", source, out, "--k", 5, *OPTIONS)
+    try:
+        first.wait_for(split_tree, "split tree")
+        second = microagg_cli("anonymize", source, out, "--k", 5, *OPTIONS)
+        assert second.returncode == 6 and "another microagg job on this host" in second.stderr, second.stderr
+        assert first.finish(timeout=120) == 0
+    finally:
+        first.stop()
+    assert len(pd.read_parquet(out)) == len(pd.read_parquet(source)) and not temporaries(out)
 
 
 @linux_proc
