@@ -38,7 +38,11 @@ def resolve_input(path):
     path = str(path)
     if path.startswith("example:"):
         return "csv", example_path(path.split(":", 1)[1])
-    fs, _, paths = fsspec.get_fs_token_paths(path)
+    try:
+        fs, _, paths = fsspec.get_fs_token_paths(path)
+    except ImportError as exc:  # fsspec names the package its protocol needs
+        raise InputError(f"input path {path!r}: {exc} (into the same environment as microagg, and on the "
+                         f"workers)") from exc
     if not paths or not all(fs.exists(p) for p in paths):
         raise InputError(f"input path {path!r} does not exist (or the glob matches nothing)")
     if len(paths) == 1 and fs.isdir(paths[0]):
@@ -352,6 +356,9 @@ def _tmp_prefix(output):
 
 def prepare_output(output):
     """Check that OUTPUT can be (re)placed, clean stale temporaries; return a fresh temp directory."""
+    if "://" in str(output):
+        raise InputError(f"the output must be a local path, without a URL scheme (a release is committed by a local "
+                         f"rename; a shared filesystem for a cluster), got {str(output)!r}")
     output = os.path.abspath(output)
     head, prefix = _tmp_prefix(output)
     if not os.path.isdir(head):

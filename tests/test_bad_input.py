@@ -1,5 +1,6 @@
 """Bad input: a clear one-paragraph error naming the column and the count, a non-zero exit, nothing written."""
 
+import importlib.util
 import os
 
 import numpy as np
@@ -200,6 +201,21 @@ def test_a_task_failure_is_reported_once_without_the_workers_traceback(tmp_path)
                             *extra)
         assert proc.returncode == 2 and "'b'" in proc.stderr, proc.stderr
         assert "Compute Failed" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_an_output_url_is_refused(tmp_path, small):
+    for url in ("s3://bucket/release", f"file://{tmp_path}/release"):
+        proc = microagg_cli("anonymize", _csv(tmp_path, small), url, "--k", "3", "--qi", "a,b", "--scheduler",
+                            "synchronous")
+        assert proc.returncode == 2 and "the output must be a local path, without a URL scheme" in proc.stderr
+    assert not [p for p in os.listdir(tmp_path) if p != "in.csv"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("s3fs") is not None, reason="s3fs is installed")
+def test_an_object_store_input_without_its_package_says_which(tmp_path):
+    proc = microagg_cli("anonymize", "s3://bucket/extract.parquet", tmp_path / "release", "--k", "3", "--qi", "a",
+                        "--scheduler", "synchronous")
+    assert proc.returncode == 2 and "s3fs" in proc.stderr and "internal error" not in proc.stderr, proc.stderr
 
 
 def test_unknown_method(tmp_path, small):
