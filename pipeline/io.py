@@ -153,7 +153,9 @@ def _csv_headers(urlpath):
     fs, _, paths = fsspec.get_fs_token_paths(urlpath)
 
     def header(name):
-        with fsspec.open(name, "rt", compression="infer", newline="", **fs.storage_options) as fh:
+        # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name (pandas drops it)
+        with fsspec.open(name, "rt", encoding="utf-8-sig", compression="infer", newline="",
+                         **fs.storage_options) as fh:
             return next(csv.reader(fh), [])
 
     names = sorted(fs.unstrip_protocol(p) if "://" in urlpath else p for p in paths)

@@ -151,6 +151,17 @@ def test_csv_files_with_their_columns_in_another_order(tmp_path, small):
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "from-two"), pd.read_parquet(tmp_path / "from-one"))
 
 
+def test_a_byte_order_mark_in_one_csv_file_is_not_a_column_name(tmp_path):
+    folder = tmp_path / "extract"
+    folder.mkdir()
+    (folder / "part-0.csv").write_bytes("\ufeffa,b\n1,2\n3,4\n5,6\n".encode())
+    (folder / "part-1.csv").write_text("a,b\n7,8\n9,10\n11,12\n")
+    out = tmp_path / "release"
+    microagg_cli("anonymize", folder, out, "--k", "2", "--qi", "a,b", "--scheduler", "synchronous", "--no-evaluate",
+                 check=True)
+    assert pd.read_parquet(out).columns.tolist() == ["a", "b"]
+
+
 def test_an_output_inside_the_input_directory(tmp_path, small):
     """The next run would read the release as more input (the CLI, as the job files already did)."""
     source = _files(tmp_path, small)
