@@ -1367,6 +1367,10 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     with timings.stage("validate"):
         columns = plan(ddf, options)  # fail on bad options before touching the output location
         page = html_path(output, report_path) if html else None
+        if report_path is not None:  # written after the commit: a path that cannot be written fails now
+            from .evaluate import check_report_path
+
+            check_report_path(report_path)
         if clash := io.overlap(input_path, output):
             raise InputError(clash)
         if io.is_local(input_path):

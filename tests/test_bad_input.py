@@ -214,6 +214,15 @@ def test_a_task_failure_is_reported_once_without_the_workers_traceback(tmp_path)
         assert "Compute Failed" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_a_report_path_that_cannot_be_written_is_refused_before_the_release(tmp_path, small):
+    """The JSON report beside the release is written after the commit: it is checked first, so a bad
+    --report cannot leave a release behind an exit code of failure."""
+    err = _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,b", "--report", tmp_path / "no" / "r.json")
+    assert "the directory of the report" in err and "does not exist" in err
+    err = _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,b", "--report", tmp_path)
+    assert "is a directory" in err
+
+
 def test_an_output_url_is_refused(tmp_path, small):
     for url in ("s3://bucket/release", f"file://{tmp_path}/release"):
         proc = microagg_cli("anonymize", _csv(tmp_path, small), url, "--k", "3", "--qi", "a,b", "--scheduler",
