@@ -19,7 +19,8 @@ code  meaning
       reset connection, futures cancelled because the scheduler went away); nothing was written
 5     storage failure: a filesystem refused a write or a read (full: ``ENOSPC``, over quota:
       ``EDQUOT``, read-only: ``EROFS``, permission denied: ``EACCES`` / ``EPERM``), the output's
-      or the workers' spill directory's; nothing was written
+      or the workers' spill directory's; nothing was written (but for a report written after its
+      release, ``StorageError``: the message says the release is committed)
 6     busy (``OutputBusyError``): another job on this host is writing the same output now (a
       scheduler firing the same export twice); the first job goes on, this one wrote nothing
 130   interrupted (SIGINT / Ctrl-C); nothing was written
@@ -41,7 +42,7 @@ EXIT_INTERNAL = 1
 EXIT_INPUT = 2          # pipeline.errors.InputError.exit_code
 EXIT_GATE = 3           # pipeline.errors.ReleaseGateError.exit_code
 EXIT_CLUSTER = 4        # pipeline.errors.ClusterError.exit_code
-EXIT_STORAGE = 5        # a filesystem refused a read or write (is_storage_failure)
+EXIT_STORAGE = 5        # a filesystem refused a read or write (is_storage_failure; pipeline.errors.StorageError)
 EXIT_BUSY = 6           # pipeline.errors.OutputBusyError.exit_code
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_TERMINATED = 143   # 128 + SIGTERM

@@ -29,3 +29,10 @@ class OutputBusyError(MicroaggError):
     """Another job on this host is writing the same output now; this one wrote nothing."""
 
     exit_code = 6
+
+
+class StorageError(MicroaggError):
+    """A filesystem refused a write after the release was committed (its report beside it): the message
+    says what was written. (Other storage failures are the ``OSError`` itself: ``jobs.exit_codes``.)"""
+
+    exit_code = 5

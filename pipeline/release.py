@@ -51,7 +51,7 @@ from . import blocking, graph, io, metrics, mic1d, sequence, stats, stitch
 from .sequence import check_sequence
 from .strata import check_strata, partition_counts, plan_strata
 from .api import released_table, where_mask
-from .errors import InputError, ReleaseGateError
+from .errors import InputError, ReleaseGateError, StorageError
 from .solver import Solver
 from .validation import (
     check_aggregate,
@@ -1423,9 +1423,13 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         io.discard_output(tmp)
         raise
     if not default_report:
-        if page is not None:
-            _write_page(page, report, timings, figures)
-        _write_json(report_path, report)
+        try:
+            if page is not None:
+                _write_page(page, report, timings, figures)
+            _write_json(report_path, report)
+        except OSError as exc:
+            raise StorageError(f"the release is committed at {output}, but its report could not be written to "
+                               f"{report_path}: {exc}") from exc
     return report
 
 

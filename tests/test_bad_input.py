@@ -200,6 +200,24 @@ def test_a_full_filesystem_is_a_storage_failure(tmp_path, small, monkeypatch, ca
     assert not out.exists() and not [p for p in os.listdir(tmp_path) if ".microagg-" in p]
 
 
+def test_a_report_that_fails_after_the_commit_says_the_release_is_there(tmp_path, small, monkeypatch, capsys):
+    import errno
+
+    from microagg.jobs import cli
+    from microagg.pipeline import release
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(release, "_write_json", full)
+    out = tmp_path / "release"
+    code = cli.main(["anonymize", str(_csv(tmp_path, small)), str(out), "--k", "3", "--qi", "a,b", "--scheduler",
+                     "synchronous", "--no-evaluate", "--no-html", "--report", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 5 and f"the release is committed at {out}, but its report could not be written" in err, err
+    assert "Nothing was written" not in err and (out / "_SUCCESS").exists()
+
+
 def test_a_task_failure_is_reported_once_without_the_workers_traceback(tmp_path):
     """A text value in the second CSV file fails a task on the local cluster's worker: the job's one
     paragraph, not also the worker's "Compute Failed" record with its traceback (shown with --debug)."""

@@ -377,10 +377,11 @@ def test_exit_code_table_matches_the_error_classes(monkeypatch, capsys):
     from distributed.comm.core import CommClosedError
     from distributed.scheduler import KilledWorker
 
-    from microagg.pipeline.errors import ClusterError, InputError, OutputBusyError, ReleaseGateError
+    from microagg.pipeline.errors import ClusterError, InputError, OutputBusyError, ReleaseGateError, StorageError
 
-    assert (InputError.exit_code, ReleaseGateError.exit_code, ClusterError.exit_code, OutputBusyError.exit_code) == (
-        exit_codes.EXIT_INPUT, exit_codes.EXIT_GATE, exit_codes.EXIT_CLUSTER, exit_codes.EXIT_BUSY)
+    assert (InputError.exit_code, ReleaseGateError.exit_code, ClusterError.exit_code, StorageError.exit_code,
+            OutputBusyError.exit_code) == (exit_codes.EXIT_INPUT, exit_codes.EXIT_GATE, exit_codes.EXIT_CLUSTER,
+                                           exit_codes.EXIT_STORAGE, exit_codes.EXIT_BUSY)
     assert exit_codes.is_cluster_failure(CommClosedError("gone"))
     assert exit_codes.is_cluster_failure(KilledWorker("task", SimpleNamespace(address="tcp://w:1"), 3))
     assert exit_codes.is_cluster_failure(ConnectionRefusedError())
