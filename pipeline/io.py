@@ -86,7 +86,8 @@ def overlap(input_path, output):
     for source in local_paths(path):
         source = os.path.realpath(source)
         if out == source or out.startswith(source.rstrip(os.sep) + os.sep):
-            return f"the output {str(output)!r} lies inside the input {path!r}; the next run would read the release as input"
+            return (f"the output {str(output)!r} lies inside the input {path!r}; the next run would read the "
+                    "release as input")
         if source.startswith(out.rstrip(os.sep) + os.sep):
             return f"the input {path!r} lies inside the output {str(output)!r}; the release would replace its own input"
     return None
