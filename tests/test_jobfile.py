@@ -373,6 +373,17 @@ def test_a_file_the_workers_cannot_see_is_named(tmp_path, monkeypatch, capsys):
             assert code == 2 and f"a Dask worker cannot find {str(shown)!r}, which this job sees" in err, err
 
 
+def test_the_readme_and_the_module_list_the_same_exit_codes():
+    import re
+
+    codes = {value for name, value in vars(exit_codes).items() if name.startswith("EXIT_")}
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("**Exit codes**"):].split("\n\n")[1]
+    assert {int(c) for c in re.findall(r"^\| (\d+) \|", table, flags=re.M)} == codes
+    module = re.findall(r"^(\d+) {2,}\S", exit_codes.__doc__, flags=re.M)
+    assert {int(c) for c in module} == codes
+
+
 def test_exit_code_table_matches_the_error_classes(monkeypatch, capsys):
     from distributed.comm.core import CommClosedError
     from distributed.scheduler import KilledWorker
