@@ -64,16 +64,22 @@ _CLUSTER_FAILURES = (
 def is_cluster_failure(exc):
     """True if ``exc`` (or an exception it was explicitly raised from) means the Dask cluster failed: a
     ``distributed`` comm / worker / lost-scheduler error, or a refused / reset / aborted connection."""
+    for cause in _causes(exc):
+        if isinstance(cause, ConnectionError):
+            return True
+        for cls in type(cause).__mro__:
+            if any(cls.__module__.startswith(module) and cls.__name__ == name for module, name in _CLUSTER_FAILURES):
+                return True
+    return False
+
+
+def _causes(exc):
+    """``exc`` and the exceptions it was explicitly raised from, each once."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, ConnectionError):
-            return True
-        for cls in type(exc).__mro__:
-            if any(cls.__module__.startswith(module) and cls.__name__ == name for module, name in _CLUSTER_FAILURES):
-                return True
+        yield exc
         exc = exc.__cause__
-    return False
 
 
 _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
@@ -82,13 +88,8 @@ _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACC
 def is_storage_failure(exc):
     """True if ``exc`` (or an exception it was explicitly raised from) is a filesystem refusing a read or
     write: full, over quota, read-only, permission denied (not a connection's error)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and not isinstance(exc, ConnectionError) and exc.errno in _STORAGE_ERRNOS:
-            return True
-        exc = exc.__cause__
-    return False
+    return any(isinstance(cause, OSError) and not isinstance(cause, ConnectionError) and cause.errno in _STORAGE_ERRNOS
+               for cause in _causes(exc))
 
 
 def exit_code_of(exc):

@@ -147,7 +147,8 @@ def same_columns(names, columns):
 
 
 def _csv_headers(urlpath):
-    """``(names, column names)`` of every CSV file of ``urlpath`` (their header lines, read in parallel)."""
+    """``(names, column names, sizes in bytes)`` of every CSV file of ``urlpath`` (their header lines,
+    read in parallel)."""
     import csv
     from concurrent.futures import ThreadPoolExecutor
 
@@ -159,9 +160,10 @@ def _csv_headers(urlpath):
                          **fs.storage_options) as fh:
             return next(csv.reader(fh), [])
 
-    names = sorted(fs.unstrip_protocol(p) if "://" in urlpath else p for p in paths)
+    paths = sorted(paths)
+    names = [fs.unstrip_protocol(p) if "://" in urlpath else p for p in paths]
     with ThreadPoolExecutor(min(16, len(names))) as pool:
-        return names, list(pool.map(header, names))
+        return names, list(pool.map(header, names)), [fs.size(p) or 0 for p in paths]
 
 
 def common_schema(names, schemas):
@@ -253,12 +255,11 @@ def read_input_and_schema(path, blocksize="64MB"):
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {path!r} as {fmt.upper()}: {exc}") from exc
     if fmt == "csv":
-        names, headers = _csv_headers(urlpath)
+        names, headers, sizes = _csv_headers(urlpath)
         same_columns(names, headers)
         if any(h != headers[0] for h in headers):  # the same columns in another order: each block in the first's
             ddf = ddf.map_partitions(_in_order, list(ddf.columns), meta=ddf._meta)
-        fs, _, paths = fsspec.get_fs_token_paths(urlpath)
-        return _coalesced(ddf, [fs.size(p) or 0 for p in paths], blocksize), None
+        return _coalesced(ddf, sizes, blocksize), None
     try:
         names, footers = _footers(urlpath)
     except Exception:  # unreadable footers fail the read itself, with its own message
@@ -378,7 +379,8 @@ def prepare_output(output):
     tmp = os.path.join(head, f"{prefix}tmp-{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     os.mkdir(tmp)
     try:
-        mine = _Lease(tmp).order
+        _Lease(tmp)
+        mine = _lease_order(tmp)
         now = os.stat(tmp).st_mtime  # the filesystem's clock
         for entry in sorted(os.listdir(head)):
             path = os.path.join(head, entry)
@@ -518,9 +520,8 @@ class _Lease:
 
     def __init__(self, tmp):
         self.path = os.path.join(tmp, LEASE)
-        self.order = (time.time(), os.path.basename(tmp), os.getpid())  # _lease_order's
-        with open(self.path, "w") as fh:
-            fh.write(f"{socket.gethostname()} {os.getpid()} {self.order[0]!r}\n")
+        with open(self.path, "w") as fh:  # _lease_order reads it
+            fh.write(f"{socket.gethostname()} {os.getpid()} {time.time()!r}\n")
         self.stop = threading.Event()
         with self._lock:
             self._running[tmp] = self
