@@ -283,13 +283,26 @@ def _plain(series):
     return values
 
 
+def _equal(x, y):
+    """Whether two values of an object column are equal, element by element for a list, an array or
+    a struct (a dict): the values of nested Parquet columns."""
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(_equal(x[key], y[key]) for key in x)
+    if isinstance(x, (list, tuple, np.ndarray)) and isinstance(y, (list, tuple, np.ndarray)):
+        return len(x) == len(y) and all(_equal(u, v) for u, v in zip(x, y))
+    try:
+        return bool(x == y) or bool(pd.isna(x) and pd.isna(y))
+    except (TypeError, ValueError):
+        return False
+
+
 def differing_rows(a, b):
     """Rows where two columns differ (two missing values are equal; uncomparable types differ)."""
     a, b = _plain(a), _plain(b)
     try:
         same = (a == b).fillna(False).to_numpy(dtype=bool)
-    except (TypeError, ValueError):
-        same = np.array([x == y for x, y in zip(a.astype(object), b.astype(object))], dtype=bool)
+    except (TypeError, ValueError):  # lists, structs, mixed types: value by value
+        same = np.array([_equal(x, y) for x, y in zip(a.astype(object), b.astype(object))], dtype=bool)
     both_missing = (a.isna() & b.isna()).to_numpy(dtype=bool)
     return int((~(same | both_missing)).sum())
 

@@ -95,10 +95,21 @@ def overlap(input_path, output):
 
 def _data_files(urlpath):
     """``(filesystem, data files)`` of an input: the files of its paths and directories, in name order,
-    without hidden and ``_``-prefixed ones (``_SUCCESS``, ``_metadata``)."""
+    without hidden and ``_``-prefixed ones (``_SUCCESS``, ``_metadata``, Spark's ``.crc``). Of a
+    directory holding Parquet files, those named ``*.parquet`` (a README beside them is not data), or
+    every file if none is (Hive names its files ``000000_0``): the files Dask reads."""
     fs, _, paths = fsspec.get_fs_token_paths(urlpath)
     found = [f for p in paths for f in (fs.find(p) if fs.isdir(p) else [p])]
-    return fs, sorted(f for f in found if not os.path.basename(f).startswith(("_", ".")))
+    found = sorted(f for f in found if not os.path.basename(f).startswith(("_", ".")))
+    named = [f for f in found if f.lower().endswith(_PARQUET_SUFFIXES)]
+    return fs, named or found
+
+
+def _unnamed_parquet(urlpath):
+    """Whether a Parquet input's files lack a Parquet suffix (Hive's ``000000_0``): Dask must then be
+    told to read every file, which it otherwise filters by suffix."""
+    fs, names = _data_files(urlpath)
+    return not any(f.lower().endswith(_PARQUET_SUFFIXES) for f in names)
 
 
 def input_bytes(path):
@@ -197,28 +208,33 @@ def common_schema(names, schemas):
     return pa.schema(fields, metadata=first.metadata)
 
 
-def output_schema(input_schema, columns, qi, text=()):
-    """The Arrow types a release is written with, for Dask's ``to_parquet(schema=...)``: every column
-    of the input file's type (a dictionary-encoded, nullable-integer, date or narrow column comes out
-    as it went in, whatever pandas made of it between), the quasi-identifiers float64 (their released
-    values), the ``text`` columns (pseudonymised identifiers) string. Returns ``{column: type}`` for
-    the columns ``input_schema`` has; Dask infers the others (a hive partition's column, named by
-    directories) from the released frame, and writes every column nullable (``input_schema`` is one
-    file's: another file may hold nulls where it has none). None without an input schema (CSV)."""
+def output_schema(input_schema, meta, qi, text=()):
+    """The Arrow schema a release is written with, for Dask's ``to_parquet(schema=...)``: every column
+    of the input file's type (a dictionary-encoded, nullable-integer, date, narrow or nested column
+    comes out as it went in, whatever pandas made of it between), the quasi-identifiers float64
+    (their released values), the ``text`` columns (pseudonymised identifiers) string, and a column the
+    files do not hold (a hive partition's, named by directories) of the type Arrow gives the released
+    frame's (``meta``, Dask's ``_meta_nonempty``). Every column is nullable (``input_schema`` is one
+    file's: another file may hold nulls where it has none). The whole schema is given, not Dask's
+    ``{column: type}``: Dask infers the rest of such a dict from sample values, which fails for
+    lists and structs. None without an input schema (CSV)."""
     import pyarrow as pa
 
     if input_schema is None:
         return None
     qi, text = set(qi), set(text)
-    types = {}
-    for name in columns:
+    fields = []
+    for name in meta.columns:
         if name in qi:
-            types[name] = pa.float64()
+            kind = pa.float64()
         elif name in text:
-            types[name] = pa.string()
+            kind = pa.string()
         elif name in input_schema.names:
-            types[name] = input_schema.field(name).type
-    return types
+            kind = input_schema.field(name).type
+        else:
+            kind = pa.Schema.from_pandas(meta[[name]], preserve_index=False).field(0).type
+        fields.append(pa.field(name, kind))
+    return pa.schema(fields)
 
 
 PARQUET_BLOCKSIZE = "128MiB"
@@ -251,7 +267,8 @@ def read_input_and_schema(path, blocksize="64MB"):
         else:
             # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
             # column like any other, released unchanged, not an index the write would drop
-            ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False)
+            ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False,
+                                  **({"parquet_file_extension": None} if _unnamed_parquet(urlpath) else {}))
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {path!r} as {fmt.upper()}: {exc}") from exc
     if fmt == "csv":

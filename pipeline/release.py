@@ -1389,7 +1389,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
                                                "stitch", "aggregate", "order", "seed", "noise", "epsilon",
                                                "release_where",
                                                "quasi_identifiers", "information_loss", "version")}
-            schema = io.output_schema(input_schema, released.columns, report["quasi_identifiers"],
+            schema = io.output_schema(input_schema, released._meta_nonempty, report["quasi_identifiers"],
                                       report["identifiers_hashed"])
             released.to_parquet(
                 tmp,

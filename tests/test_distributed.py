@@ -91,6 +91,41 @@ def test_empty_input_files_leave_the_release_unchanged(tmp_path, data):
     assert _files(_run(tmp_path, "local", source, *common, "--workers", 2)) == reference
 
 
+def test_warehouse_directory_layouts_give_the_same_release(tmp_path, data):
+    """Directories as Spark and Hive leave them: Spark's ``part-*.snappy.parquet`` with ``_SUCCESS``,
+    ``_committed_*`` and hidden ``.crc`` files beside them; Hive's files named ``000000_0``, with no
+    suffix; a README beside the data. Each gives the release of the same files named ``*.parquet``,
+    with their Arrow types kept (a nullable integer column stays int64, not pandas' float64)."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root, df = data
+    count = pa.array([None if i % 7 == 0 else i for i in range(len(df))], pa.int64())
+    table = pa.Table.from_pandas(df, preserve_index=False).append_column("count", count)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(len(df)), 4)):
+        pq.write_table(table.slice(rows[0], len(rows)), plain / f"part-{i}.parquet")
+    spark, hive, readme = tmp_path / "spark", tmp_path / "hive", tmp_path / "readme"
+    for layout in (spark, hive, readme):
+        layout.mkdir()
+    for i, part in enumerate(sorted(plain.iterdir())):
+        shutil.copy(part, spark / f"part-{i:05d}-c0ffee.snappy.parquet")
+        (spark / f".part-{i:05d}-c0ffee.snappy.parquet.crc").write_bytes(b"\x00crc")
+        shutil.copy(part, hive / f"{i:06d}_0")
+        shutil.copy(part, readme / part.name)
+    (spark / "_SUCCESS").touch()
+    (spark / "_committed_4711").write_text("{}")
+    (readme / "README.txt").write_text("exported nightly by the warehouse\n")
+    common = ["--k", 4, *BLOCKED, "--workers", 2]
+    reference = _files(_run(tmp_path, "reference", plain, *common))
+    assert pq.read_schema(tmp_path / "reference" / "part-00000.parquet").field("count").type == pa.int64()
+    for layout in (spark, hive, readme):
+        assert _files(_run(tmp_path, f"from-{layout.name}", layout, *common)) == reference, layout.name
+
+
 def test_an_input_of_fewer_rows_than_partitions(tmp_path):
     """Three rows split across the cluster's cores leave empty partitions: still one group of three."""
     source = tmp_path / "tiny.parquet"
@@ -356,7 +391,7 @@ def test_hash_identifiers(tmp_path, data):
 
 def test_the_release_keeps_the_input_schema(tmp_path):
     """Every column of a Parquet input leaves with its Arrow type (a dictionary, a nullable integer, a
-    date, a decimal... once failed the write, or came out as what pandas made of them), the
+    date, a decimal, a list, a struct... once failed the write, or came out as what pandas made of them), the
     quasi-identifiers as float64, a pseudonymised identifier as string, all nullable; the values of
     the other columns are the input's, also from files whose nullability differs."""
     import decimal
@@ -385,6 +420,9 @@ def test_the_release_keeps_the_input_schema(tmp_path):
         "day": (pa.date32(), True, [None if i % 11 == 0 else i for i in range(n)]),
         "seen": (pa.timestamp("ms", tz="UTC"), True, np.arange(n) * 60_000),
         "amount": (pa.decimal128(12, 2), True, [decimal.Decimal(i) / 100 for i in range(n)]),
+        "tags": (pa.list_(pa.int32()), True, [None if i % 9 == 0 else list(range(i % 4)) for i in range(n)]),
+        "address": (pa.struct([("street", pa.string()), ("floor", pa.int8())]), True,
+                    [{"street": f"s{i % 17}", "floor": i % 5} for i in range(n)]),
     }
     schema = pa.schema([pa.field(name, kind, nullable) for name, (kind, nullable, _) in fields.items()])
     arrays = [pa.array(values).cast(kind) if pa.types.is_dictionary(kind) else pa.array(values, kind)

@@ -248,6 +248,17 @@ def test_changed_columns_and_small_classes_are_counted(census_release):
     assert report["checks"]["not_compared"] == ["region"]
 
 
+def test_nested_values_are_compared_value_by_value():
+    """Lists and structs (nested Parquet columns: arrays and dicts in pandas) count as differing only
+    where their contents differ; two missing values are equal."""
+    a = pd.Series([np.array([1, 2]), np.array([3]), {"s": "x", "z": np.array([1])}, None, np.array([], int)],
+                  dtype=object)
+    b = pd.Series([np.array([1, 2]), np.array([3, 4]), {"s": "x", "z": np.array([2])}, None, np.array([], int)],
+                  dtype=object)
+    assert ev.differing_rows(a, b) == 2
+    assert ev.differing_rows(a, a.copy()) == 0
+
+
 def test_bad_options_from_metadata(census_release):
     _, _, df, released = census_release
     original, masked = _frames(df, released)
