@@ -11,7 +11,7 @@ from . import evaluate, generate, logs
 from . import run as jobrun
 from .exit_codes import (EXIT_CLUSTER, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_STORAGE, EXIT_TERMINATED, Terminated,
                          is_cluster_failure, is_storage_failure)
-from .flags import RELEASE_DLD_RECORDS, add_cluster_arguments, add_risk_arguments
+from .flags import RELEASE_DLD_RECORDS, add_cluster_arguments, add_csv_arguments, add_risk_arguments, csv_flags
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -34,6 +34,7 @@ def _add_anonymize(sub):
                         "fsspec URL), or example:census for the bundled CASC Census file")
     p.add_argument("output", metavar="OUTPUT", help="the Parquet dataset directory to write")
     p.add_argument("--k", type=int, required=True, help="minimum group size (k-anonymity), >= 2")
+    add_csv_arguments(p)
     p.add_argument("--method", default="mdav",
                    help="microaggregation method (see `microagg methods`); default mdav. pcp, zscore and "
                         "univariate are sequence methods: one global ordering, then the exact optimal (or, "
@@ -181,6 +182,7 @@ def _anonymize(args):
         **dict(_given(args, block_size="block_size", blocks_per_task="blocks_per_task",
                       one_block_rows="one_block_rows", rows_per_file="rows_per_file")),
     )
+    csv = csv_flags(args)
     evaluation = None
     unpaired = not_evaluable(options)
     if args.evaluate and unpaired:
@@ -202,10 +204,10 @@ def _anonymize(args):
         if wanted() and not args.quiet:
             with StageProgress(client):
                 report = run(args.input, args.output, options, args.report, key, extra, html=args.html,
-                             evaluation=evaluation)
+                             evaluation=evaluation, csv=csv)
         else:
             report = run(args.input, args.output, options, args.report, key, extra, html=args.html,
-                         evaluation=evaluation)
+                         evaluation=evaluation, csv=csv)
     if report["method"] == "mic1d":
         _say(args, f"release: {report['output']} ({report['rows']} rows, {report['values']} values in "
                    f"{report['groups']} runs of {report['min_group_size']}..{report['max_group_size']} values, "

@@ -2,7 +2,7 @@
 
 import argparse
 
-from .flags import add_cluster_arguments, add_risk_arguments
+from .flags import add_cluster_arguments, add_csv_arguments, add_risk_arguments, csv_flags
 
 EXIT_OK = 0
 DEFAULT_REPORT = "microagg-evaluate.json"
@@ -29,6 +29,7 @@ def add_parser(sub):
                    help="the original data: a CSV file, a Parquet file, a directory or glob of Parquet files, or "
                         "example:census")
     p.add_argument("masked", metavar="MASKED", help="the masked data, in any of the same forms")
+    add_csv_arguments(p, "the files")
     p.add_argument("--qi", required=True, metavar="COL,COL,...", help="the quasi-identifier columns to compare")
     p.add_argument("--k", type=int, default=None,
                    help="check that every released QI tuple occurs at least k times (rows in smaller classes "
@@ -62,10 +63,11 @@ def run(args):
         options["block_rows"] = args.block_rows
     id_percent = metrics.ID_PERCENT if args.id_percent is None else args.id_percent
     evaluate.check_report_path(args.report, args.html)  # before a cluster starts
+    csv = csv_flags(args)
     with dask_client(args.scheduler, workers=args.workers, threads_per_worker=args.threads_per_worker,
                      memory_limit=args.memory_limit, processes=args.processes):
         report = evaluate.run(args.original, args.masked, args.qi, args.report, args.k, args.known, id_percent,
-                              html=args.html, **options)
+                              html=args.html, csv=csv, **options)
     if not args.quiet:
         _summary(report)
     return EXIT_OK

@@ -21,6 +21,23 @@ def add_cluster_arguments(parser, scheduler_note=""):
                         help="memory limit per local worker, e.g. 4GiB (at least 512MiB; 0: none; default auto)")
 
 
+def add_csv_arguments(parser, which="the input"):
+    """The CSV dialect flags (anonymize, evaluate): they apply to ``which`` when it is CSV."""
+    parser.add_argument("--csv-separator", default=None, metavar="CHAR",
+                        help=f"the field separator of {which} when it is CSV (default ','; '\\t' for a tab)")
+    parser.add_argument("--csv-decimal", default=None, metavar="CHAR",
+                        help=f"the decimal mark of {which} when it is CSV (default '.'; ',' for 1,5)")
+    parser.add_argument("--csv-encoding", default=None, metavar="NAME",
+                        help=f"the text encoding of {which} when it is CSV (default utf-8; e.g. latin-1, cp1252)")
+
+
+def csv_flags(args):
+    """The dialect (``pipeline.io.csv_dialect``) of the CSV flags; checked."""
+    from ..pipeline import io
+
+    return io.csv_dialect(args.csv_separator, args.csv_decimal, args.csv_encoding)
+
+
 RELEASE_DLD_RECORDS = 1_000_000
 """Masked records whose links the evaluation of a release searches by default (``anonymize`` and job
 files; ``microagg evaluate`` searches all): every record up to a million rows, beyond that a

@@ -12,6 +12,7 @@ Sections and keys (``*``: required)::
 
     [input]
     path*            CSV / Parquet file, Parquet directory or glob, fsspec URL, or example:NAME
+    separator, decimal, encoding   a CSV input's dialect (default ",", ".", "utf-8"; "\\t" for a tab)
 
     [output]
     path*            the release directory (a local path); templates allowed
@@ -280,7 +281,8 @@ class Key:
 
 
 SCHEMA = {
-    "input": {"path": Key(_string, required=True, path=True)},
+    "input": {"path": Key(_string, required=True, path=True), "separator": Key(_string), "decimal": Key(_string),
+              "encoding": Key(_string)},
     "output": {
         "path": Key(_string, required=True, path=True),
         "rows_per_file": Key(_integer(1)),
@@ -363,6 +365,7 @@ class Job:
     name: str                  # its stem: the {job} template
     date: str                  # the {date} template
     input: str
+    csv: dict                  # the input's CSV dialect (pipeline.io.csv_dialect; {}: the default)
     output: str                # absolute local path of the release
     options: object            # pipeline.release.ReleaseOptions
     cluster: dict              # dask_client's arguments, plus connect_timeout (seconds)
@@ -481,6 +484,7 @@ def resolve(path, base):
 
 def load(path, date=None):
     """Read, check and build the :class:`Job` of the job file ``path`` (``date``: ``--date``)."""
+    from ..pipeline import io
     from ..pipeline.release import ReleaseOptions, not_evaluable
 
     path = os.path.abspath(path)
@@ -505,6 +509,10 @@ def load(path, date=None):
         raise JobFileError(path, errors)
 
     get = lambda section, key, default=None: values.get(section, {}).get(key, default)  # noqa: E731
+    try:
+        csv = io.csv_dialect(get("input", "separator"), get("input", "decimal"), get("input", "encoding"))
+    except InputError as exc:
+        raise JobFileError(path, [f"[input] {exc}"]) from None
     output = get("output", "path")
     output = output if _is_url(output) else (output.rstrip(os.sep) or os.sep)
     anonymize = values["anonymize"]
@@ -551,6 +559,7 @@ def load(path, date=None):
         name=templates["job"],
         date=templates["date"],
         input=get("input", "path"),
+        csv=csv,
         output=output,
         options=options,
         cluster=cluster,
@@ -708,7 +717,7 @@ def check_input(job):
     from ..pipeline.release import plan
 
     try:
-        ddf = io.read_input(job.input)
+        ddf = io.read_input(job.input, csv=job.csv)
     except InputError as exc:
         raise job_error(job, "input", f"path: {exc}") from None
     try:

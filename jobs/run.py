@@ -147,7 +147,7 @@ def run(args):
                 else (lambda: {"job": _job_fields(job)})
             with _stage("anonymize"):
                 report = release.run(job.input, job.output, job.options, job.report, key, extra,
-                                     html=job.html is not None)
+                                     html=job.html is not None, csv=job.csv)
             if job.evaluate is not None:
                 with _stage("evaluate"):
                     evaluation = _evaluate(job, report)
@@ -185,7 +185,7 @@ def _evaluate(job, report):
     known = [list(s) for s in ev["known"]]
     return evaluate.run(job.input, job.output, list(report["quasi_identifiers"]), job.evaluation, k=k, known=known,
                         seed=job.options.seed, html=False, changed=report.get("identifiers_hashed") or (),
-                        **options)  # the job's page shows both reports
+                        csv=job.csv, **options)  # the job's page shows both reports
 
 
 def _html(job, report, evaluation):

@@ -92,7 +92,7 @@ from ..kernels import groups, histogram, linkage
 from ..kernels.stats import HUGE
 from . import columns, graph, io, metrics, stats
 from .blocking import sample_plan
-from .errors import InputError
+from .errors import CSVTypeChange, InputError
 from .release import Timings, persisted
 from .release import html_path as release_html_path
 from .validation import check_k
@@ -208,17 +208,6 @@ def _pass(part, qi, which):
     return len(part), stats.chunk(_float_matrix(part, qi, which))
 
 
-def _compute(*objs):
-    """``dask.compute`` with a CSV column that changes type part-way through reported as bad input."""
-    try:
-        return dask.compute(*objs)
-    except ValueError as exc:
-        if "Mismatched dtypes" in str(exc):
-            raise InputError(f"a CSV column changes type part-way through the file (a text value in a numeric "
-                             f"column?): {exc}") from exc
-        raise
-
-
 def check_rows(n_original, n_masked):
     if n_original != n_masked:
         where = "missing from" if n_masked < n_original else "extra in"
@@ -246,8 +235,8 @@ def column_statistics(original_parts, masked_parts, qi):
     """One pass over both files' partitions: ``(lengths of the original's, of the masked's, mean, std,
     minimum, maximum)``, after the row-count and finiteness checks; the minimum and maximum of each QI
     over both files are the edges of the report's histograms."""
-    found = _compute(*[delayed(_pass, pure=True)(p, qi, "original") for p in original_parts],
-                     *[delayed(_pass, pure=True)(p, qi, "masked") for p in masked_parts])
+    found = io.compute_reading(*[delayed(_pass, pure=True)(p, qi, "original") for p in original_parts],
+                                 *[delayed(_pass, pure=True)(p, qi, "masked") for p in masked_parts])
     first, second = found[:len(original_parts)], found[len(original_parts):]
     lengths_o = [f[0] for f in first]
     lengths_m = [f[0] for f in second]
@@ -820,8 +809,9 @@ def prepare(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCEN
     timings = timings or Timings()
     with timings.stage("validate"):
         qi, scenarios, shared = plan(original, masked, qi, k, known, id_percent, changed)
-    with timings.stage("statistics"):
-        # both files read once and kept until aligned: every pass sees the same partitions
+    with timings.stage("statistics"), io.first_pass():
+        # both files read once and kept until aligned: every pass sees the same partitions (a local
+        # scheduler reads them here, a cluster in the statistics' compute)
         original_parts = list(persisted(*original[qi + shared].to_delayed()))
         masked_parts = list(persisted(*masked[qi + shared].to_delayed()))
         lengths_o, lengths_m, mean, std, lo, hi = column_statistics(original_parts, masked_parts, qi)
@@ -1002,19 +992,26 @@ def write_report(path, report):
 
 
 def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percent=metrics.ID_PERCENT, html=True,
-        **options):
+        csv=None, **options):
     """Read both files, evaluate, write the report to ``report_path``; returns the report. ``html``: also
     write it as an HTML page with the data summary's plots (:mod:`pipeline.report`) beside it
-    (:func:`html_path`), before the JSON; each file is written aside and renamed into place."""
+    (:func:`html_path`), before the JSON; each file is written aside and renamed into place. ``csv``:
+    the dialect of the files that are CSV (:func:`pipeline.io.csv_dialect`)."""
     timings = Timings()
     check_report_path(report_path, html)
     with timings.stage("read"):
-        original = io.read_input(original_path)
-        masked = io.read_input(masked_path)
+        original = io.read_input(original_path, csv=csv)
+        masked = io.read_input(masked_path, csv=csv)
     with timings.stage("validate"):
         plan(original, masked, qi, k, known, id_percent)
         row_counts_from_metadata(original_path, masked_path, original, masked)
-    report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, **options)
+    try:
+        report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, **options)
+    except CSVTypeChange:  # in the statistics pass, the first over every row
+        original, widened = io.read_retyped(original_path, _names(qi, "--qi"), csv=csv)
+        masked, masked_widened = io.read_retyped(masked_path, _names(qi, "--qi"), csv=csv)
+        report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, **options)
+        report["input_types_widened"] = {"original": widened, "masked": masked_widened}
     page = html_path(report_path) if html else None
     report.update(original=str(original_path), masked=str(masked_path), report=str(report_path), html=page)
     if page is not None:

@@ -1,5 +1,7 @@
 """Reading inputs (CSV / Parquet, local or fsspec URLs) and committing releases atomically."""
 
+import codecs
+import contextlib
 import logging
 import os
 import shutil
@@ -14,7 +16,7 @@ import dask.dataframe as dd
 import fsspec
 import numpy as np
 
-from .errors import InputError, OutputBusyError, ReleaseGateError
+from .errors import CSVTypeChange, InputError, OutputBusyError, ReleaseGateError
 
 log = logging.getLogger(__name__)
 
@@ -157,19 +159,49 @@ def same_columns(names, columns):
                          f"but not in the first, {names[0]}; every file of an input must have the same columns")
 
 
-def _csv_headers(urlpath):
+def csv_dialect(separator=None, decimal=None, encoding=None):
+    """The ``pandas.read_csv`` options of a CSV dialect (``{}`` for the default: comma-separated,
+    decimal point, UTF-8). ``separator`` one character (``\\t`` or ``tab`` for a tab), ``decimal``
+    one character other than it, ``encoding`` a name Python knows (``latin-1``, ``cp1252``...).
+    Raises :class:`InputError` naming the option."""
+    dialect = {}
+    if separator is not None:
+        separator = {"\\t": "\t", "tab": "\t"}.get(separator, separator)
+        if len(separator) != 1 or separator in "\"\r\n":
+            raise InputError(f"the CSV separator must be one character (or \\t for a tab), got {separator!r}")
+        dialect["sep"] = separator
+    if decimal is not None:
+        if len(decimal) != 1 or decimal == dialect.get("sep", ",") or decimal.isdigit():
+            raise InputError(f"the CSV decimal mark must be one character other than the separator and the digits, "
+                             f"got {decimal!r}")
+        dialect["decimal"] = decimal
+    if encoding is not None:
+        try:
+            codecs.lookup(encoding)
+        except LookupError:
+            raise InputError(f"unknown CSV encoding {encoding!r} (e.g. utf-8, latin-1, cp1252)") from None
+        dialect["encoding"] = encoding
+    return dialect
+
+
+_OTHER_SEPARATORS = (";", "\t", "|")
+
+
+def _csv_headers(urlpath, dialect):
     """``(names, column names, sizes in bytes)`` of every CSV file of ``urlpath`` (their header lines,
-    read in parallel)."""
+    read in parallel), in ``dialect`` (:func:`csv_dialect`)."""
     import csv
     from concurrent.futures import ThreadPoolExecutor
 
     fs, _, paths = fsspec.get_fs_token_paths(urlpath)
+    encoding = dialect.get("encoding", "utf-8")
+    # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name (pandas drops it)
+    encoding = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
 
     def header(name):
-        # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name (pandas drops it)
-        with fsspec.open(name, "rt", encoding="utf-8-sig", compression="infer", newline="",
+        with fsspec.open(name, "rt", encoding=encoding, compression="infer", newline="",
                          **fs.storage_options) as fh:
-            return next(csv.reader(fh), [])
+            return next(csv.reader(fh, delimiter=dialect.get("sep", ",")), [])
 
     paths = sorted(paths)
     names = [fs.unstrip_protocol(p) if "://" in urlpath else p for p in paths]
@@ -250,29 +282,39 @@ LARGE_ROW_GROUP = 2_000_000
 task reads it whole."""
 
 
-def read_input(path, blocksize="64MB"):
+CSV_BLOCKSIZE = "64MB"
+"""Bytes of a CSV input per partition."""
+
+
+def read_input(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
     """A Dask DataFrame over the input; nothing is computed (schema only). CSV is read in blocks of
-    ``blocksize`` bytes, Parquet in partitions of whole row groups up to :data:`PARQUET_BLOCKSIZE`."""
-    return read_input_and_schema(path, blocksize)[0]
+    ``blocksize`` bytes, Parquet in partitions of whole row groups up to :data:`PARQUET_BLOCKSIZE`.
+    ``dtypes``: the types of a CSV input's columns (:func:`csv_types`), else guessed by Dask from
+    the first rows; ``csv``: a CSV input's dialect (:func:`csv_dialect`; a Parquet input ignores it)."""
+    return read_input_and_schema(path, blocksize, dtypes, csv)[0]
 
 
-def read_input_and_schema(path, blocksize="64MB"):
+def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
     """:func:`read_input`, and the Arrow schema of a Parquet input's files (:func:`common_schema`;
     None for CSV, or if a footer cannot be read): the types :func:`output_schema` keeps. Files that
     differ in columns, or in types no one type holds, are refused before anything is computed."""
     fmt, urlpath = resolve_input(path)
+    csv = csv or {}
     try:
         if fmt == "csv":
-            ddf = dd.read_csv(urlpath, blocksize=blocksize)
+            ddf = dd.read_csv(urlpath, blocksize=blocksize, dtype=dtypes, **csv)
         else:
             # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
             # column like any other, released unchanged, not an index the write would drop
             ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False,
                                   **({"parquet_file_extension": None} if _unnamed_parquet(urlpath) else {}))
     except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read {path!r} as {fmt.upper()}: {exc}") from exc
+        hint = (" (give its encoding: --csv-encoding, [input] encoding in a job file)"
+                if isinstance(exc, UnicodeDecodeError) else "")
+        raise InputError(f"cannot read {path!r} as {fmt.upper()}: {exc}{hint}") from exc
     if fmt == "csv":
-        names, headers, sizes = _csv_headers(urlpath)
+        names, headers, sizes = _csv_headers(urlpath, csv)
+        _check_separator(names[0], headers[0], csv.get("sep", ","))
         same_columns(names, headers)
         if any(h != headers[0] for h in headers):  # the same columns in another order: each block in the first's
             ddf = ddf.map_partitions(_in_order, list(ddf.columns), meta=ddf._meta)
@@ -289,6 +331,124 @@ def read_input_and_schema(path, blocksize="64MB"):
     order = names + [c for c in ddf.columns if c not in schema.names]
     sizes = [sum(f.row_group(i).total_byte_size for i in range(f.num_row_groups)) for f in footers]
     return _coalesced(ddf if order == list(ddf.columns) else ddf[order], sizes, PARQUET_BLOCKSIZE), schema
+
+
+@contextlib.contextmanager
+def first_pass():
+    """Around the first pass over an input: a CSV column whose values change type part-way through
+    raises :class:`CSVTypeChange` (the caller reads the input again with :func:`read_retyped`)."""
+    try:
+        yield
+    except CSVTypeChange:
+        raise
+    except UnicodeDecodeError as exc:  # past the first block, which the read itself decoded
+        found = f" ({exc})" if str(exc) else ""  # (the message is lost on its way back from a worker)
+        raise InputError(f"the CSV input holds bytes that are not text in its encoding{found}; give its "
+                         f"encoding: --csv-encoding (latin-1, cp1252...), [input] encoding in a job file") from exc
+    except ValueError as exc:
+        if "Mismatched dtypes" in str(exc):
+            raise CSVTypeChange(f"a CSV column changes type part-way through the input: {exc}") from exc
+        raise
+
+
+def _check_separator(name, header, separator):
+    """Refuse a CSV file whose header reads as one column holding another usual separator (a file
+    separated by semicolons, read as comma-separated), naming the option that reads it."""
+    if len(header) != 1:
+        return
+    found = [s for s in _OTHER_SEPARATORS if s != separator and s in header[0]]
+    if found:
+        shown = "\\t" if found[0] == "\t" else found[0]
+        raise InputError(f"the header of the CSV file {name} reads as one column, {header[0]!r}: it looks separated "
+                         f"by {shown!r}, not {separator!r}; give --csv-separator '{shown}' ([input] separator in a "
+                         f"job file), and --csv-decimal ',' if its numbers have decimal commas")
+
+
+def compute_reading(*objs):
+    """``dask.compute`` of a first pass over an input (:func:`first_pass`)."""
+    import dask
+
+    with first_pass():
+        return dask.compute(*objs)
+
+
+_BOOL_WORDS = ("True", "TRUE", "true", "False", "FALSE", "false")  # what pandas reads as booleans
+
+
+def _column_kinds(part, decimal="."):
+    """For each column of a partition read as text: ``(text values, booleans, numbers, numbers that
+    are not whole, missing cells, first value that is not a number)``; ``decimal``: the decimal mark."""
+    import pandas as pd
+
+    kinds = {}
+    for column in part.columns:
+        values = part[column]
+        present = values.notna()
+        numeric = values if decimal == "." else values.str.replace(decimal, ".", regex=False)
+        numbers = pd.to_numeric(numeric, errors="coerce").notna()
+        booleans = values.isin(_BOOL_WORDS)
+        text = present & ~numbers & ~booleans
+        whole = values.str.fullmatch(r"\s*[+-]?\d+\s*").fillna(False).astype(bool)
+        words = values[present & ~numbers]
+        kinds[column] = (int(text.sum()), int(booleans.sum()), int(numbers.sum()), int((numbers & ~whole).sum()),
+                         int((~present).sum()), words.iloc[0] if len(words) else None)
+    return kinds
+
+
+def _widened(guessed, text, booleans, numbers, fractions, missing):
+    """The type a CSV column needs for all its rows when Dask guessed ``guessed`` from the first
+    ones, or None if the guess holds them."""
+    import pandas as pd
+
+    if pd.api.types.is_string_dtype(guessed) or guessed == object:
+        return None
+    if text or (booleans and numbers):
+        return "string"
+    if pd.api.types.is_bool_dtype(guessed):
+        return None if not (numbers or missing) else "boolean" if not numbers else "string"
+    if booleans:  # a numeric column
+        return "string"
+    return "float64" if pd.api.types.is_integer_dtype(guessed) and (fractions or missing) else None
+
+
+def csv_types(path, qi=(), blocksize=CSV_BLOCKSIZE, csv=None):
+    """The types of a CSV input's columns that Dask's guess from the first rows does not hold, from
+    one pass over every row read as text: ``{column: dtype}`` for :func:`read_input`'s ``dtypes``
+    (text for a column whose later rows hold text, float64 for whole numbers with empty cells
+    further on, nullable booleans). Raises :class:`InputError` naming each quasi-identifier column of
+    ``qi`` that holds text, with its count of such rows and an example."""
+    import dask
+
+    fmt, _ = resolve_input(path)
+    if fmt != "csv":
+        return None
+    guessed = read_input(path, blocksize, csv=csv).dtypes
+    text = read_input(path, blocksize, dtypes=str, csv=csv)
+    decimal = (csv or {}).get("decimal", ".")
+    totals, examples = {}, {}
+    for kinds in dask.compute(*[dask.delayed(_column_kinds)(p, decimal) for p in text.to_delayed()]):
+        for column, (*counts, example) in kinds.items():
+            totals[column] = np.add(totals.get(column, 0), counts)
+            if example is not None:
+                examples.setdefault(column, example)
+    bad = [c for c in qi if totals[c][0] or totals[c][1]]
+    if bad:
+        found = "; ".join(f"{c!r}: {totals[c][0] + totals[c][1]} row(s), for example {examples[c]!r}" for c in bad)
+        raise InputError(f"quasi-identifier column(s) hold values that are not numbers after their first rows: "
+                         f"{found}; microaggregation needs numbers: clean the column(s) or leave them out of --qi")
+    widened = {c: _widened(guessed[c], *map(int, totals[c])) for c in guessed.index}
+    return {c: t for c, t in widened.items() if t is not None}
+
+
+def read_retyped(path, qi, blocksize=CSV_BLOCKSIZE, csv=None):
+    """``(frame, dtypes)``: a CSV input read again with its columns' types from all their rows
+    (:func:`csv_types`), after a first pass raised :class:`CSVTypeChange`; the change is logged."""
+    dtypes = csv_types(path, qi, blocksize, csv)
+    if not dtypes:  # a Parquet input (or a CSV one Dask's guess holds)
+        return read_input(path, blocksize, csv=csv), dtypes
+    log.warning("input %s: column(s) %s change type part-way through; read again as %s", path,
+                ", ".join(map(repr, dtypes)), ", ".join(f"{c}: {t}" for c, t in dtypes.items()))
+    return read_input(path, blocksize, dtypes, csv), dtypes
 
 
 def cluster_cores():

@@ -51,7 +51,7 @@ from . import blocking, graph, io, metrics, mic1d, sequence, stats, stitch
 from .sequence import check_sequence
 from .strata import check_strata, partition_counts, plan_strata
 from .api import released_table, where_mask
-from .errors import InputError, ReleaseGateError, StorageError
+from .errors import CSVTypeChange, InputError, ReleaseGateError, StorageError
 from .solver import Solver
 from .validation import (
     check_aggregate,
@@ -225,15 +225,8 @@ def column_statistics(ddf, qi, weights=None, strata=(), missing="error"):
     histograms) are reported, never used to decide anything, so the covariance's last bits may
     depend on the partitioning.
     """
-    try:
-        parts = dask.compute(*[dask.delayed(_partition_sums)(p, qi, weights, tuple(strata)) for p in ddf.to_delayed()])
-    except ValueError as exc:
-        if "Mismatched dtypes" in str(exc):
-            raise InputError(
-                "a CSV column changes type part-way through the file (a text value in a numeric "
-                f"column?): {exc}"
-            ) from exc
-        raise
+    parts = io.compute_reading(*[dask.delayed(_partition_sums)(p, qi, weights, tuple(strata))
+                                 for p in ddf.to_delayed()])
     chunks = [p[0] for p in parts]
     total = stats.combine(chunks)
     check_finite(qi, total, missing, sum(p[6] for p in parts))
@@ -1350,7 +1343,7 @@ EVALUATION_KEYS = ("information_loss", "disclosure_risk", "score", "anonymity", 
 
 
 def run(input_path, output, options, report_path=None, identifier_key=None, report_extra=None, html=True,
-        evaluation=None):
+        evaluation=None, csv=None):
     """Read, anonymize, check and atomically write a release; returns the report (a dict).
 
     ``report_extra``, if given, is called after the write and its dict merged into the report.
@@ -1360,10 +1353,11 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     ``evaluation``: None, or the options of :func:`pipeline.evaluate.evaluate` (``known``,
     ``id_percent``, ``block_rows``...) to evaluate the written release against the input before the
     commit (disclosure risk: DLD, ID, k'; the report's ``evaluation``; the page shows its measures).
+    ``csv``: a CSV input's dialect (:func:`pipeline.io.csv_dialect`), kept in the report.
     """
     timings = Timings()
     with timings.stage("read"):
-        ddf, input_schema = io.read_input_and_schema(input_path)
+        ddf, input_schema = io.read_input_and_schema(input_path, csv=csv)
     with timings.stage("validate"):
         columns = plan(ddf, options)  # fail on bad options before touching the output location
         page = html_path(output, report_path) if html else None
@@ -1379,9 +1373,17 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     try:
         _workers_see(tmp)  # the release's temporary directory, which the workers write into
         keep = _fits_in_memory(input_path)
-        released, report = build_release(ddf, options, timings, identifier_key, columns, keep)
+        try:
+            released, report = build_release(ddf, options, timings, identifier_key, columns, keep)
+            dtypes = None
+        except CSVTypeChange:  # in the statistics pass, the first over every row
+            ddf, dtypes = io.read_retyped(input_path, columns[0], csv=csv)
+            released, report = build_release(ddf, options, timings, identifier_key, columns, keep)
+            report["input_types_widened"] = dtypes
         report["input_kept_in_memory"] = keep
         report.update(input=str(input_path), output=str(output))
+        if csv:
+            report["csv"] = csv
         # the page's data figures are drawn now (only the timings' come later)
         figures = _draw_figures(report, timings) if page is not None else None
         with timings.stage("write"):
@@ -1407,7 +1409,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         # cluster): let them go before the evaluation reads both files
         del released
         if evaluation is not None:
-            report["evaluation"] = _evaluate_written(input_path, tmp, report, evaluation, options.seed, timings)
+            report["evaluation"] = _evaluate_written(input_path, tmp, report, evaluation, options.seed, timings,
+                                                     dtypes, csv)
         report["timings"] = timings.seconds
         if report_extra:
             report.update(report_extra())
@@ -1445,9 +1448,10 @@ def html_path(output, report_path=None):
     return path
 
 
-def _evaluate_written(input_path, written, report, evaluation, seed, timings):
+def _evaluate_written(input_path, written, report, evaluation, seed, timings, dtypes=None, csv=None):
     """:func:`pipeline.evaluate.evaluate` of the release files at ``written`` against the input (rows
-    pair by position): the parts of its report named by :data:`EVALUATION_KEYS`."""
+    pair by position; ``dtypes``, ``csv``: a CSV input's types and dialect, as the release read it):
+    the parts of its report named by :data:`EVALUATION_KEYS`."""
     from . import evaluate
 
     with timings.stage("evaluate"):
@@ -1455,7 +1459,8 @@ def _evaluate_written(input_path, written, report, evaluation, seed, timings):
         k = report["k"] if report.get("k_anonymity_scope") == "all quasi-identifiers" else None
         options = dict(evaluation)
         # hashed identifiers differ on purpose: not compared with the input's
-        result = evaluate.evaluate(io.read_input(input_path), io.read_input(written), list(report["quasi_identifiers"]),
+        result = evaluate.evaluate(io.read_input(input_path, dtypes=dtypes, csv=csv), io.read_input(written),
+                                   list(report["quasi_identifiers"]),
                                    k, seed=seed, changed=report.get("identifiers_hashed") or (), **options)
     return {key: result[key] for key in EVALUATION_KEYS if key in result}
 

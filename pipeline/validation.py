@@ -4,6 +4,8 @@ Every message names the column, the problem and the count of offending rows, so 
 fix the input without reading code.
 """
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -186,6 +188,8 @@ def non_numeric_error(column, sample):
     values = pd.Series(sample)
     bad = values[pd.to_numeric(values, errors="coerce").isna() & values.notna()]
     shown = f"; for example {bad.iloc[0]!r}" if len(bad) else ""
+    if len(bad) and re.fullmatch(r"\s*[+-]?\d*,\d+\s*", str(bad.iloc[0])):
+        shown += " (a decimal comma: give --csv-decimal ',')"
     return InputError(
         f"quasi-identifier column {column!r} is not numeric (dtype {values.dtype}){shown}; "
         f"microaggregation needs numbers: clean the column or leave it out of --qi"

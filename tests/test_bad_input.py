@@ -57,6 +57,45 @@ def test_non_numeric_qi_names_column_and_value(tmp_path, small):
     assert "'b'" in err and "not numeric" in err and "'unknown'" in err
 
 
+def _late_text_csv(tmp_path, column, rows=(15_000, 17_500)):
+    """20,000 rows whose ``column`` holds text only at ``rows``, past the first 256 kB Dask guesses the
+    types from."""
+    rng = np.random.default_rng(4)
+    df = pd.DataFrame({"a": rng.normal(size=20_000), "b": rng.normal(size=20_000),
+                       "zip": rng.integers(10_000, 99_999, 20_000)})
+    df[column] = df[column].astype(object)
+    df.loc[list(rows), column] = ["n.a.", "?"][:len(rows)]
+    return _csv(tmp_path, df)
+
+
+def test_a_qi_with_text_after_its_first_rows_names_column_and_count(tmp_path):
+    err = _fails(tmp_path, _late_text_csv(tmp_path, "b"), "--k", "3", "--qi", "a,b")
+    assert "'b': 2 row(s), for example 'n.a.'" in err and "not numbers" in err
+    assert "Mismatched" not in err  # Dask's table is not shown
+
+
+def test_a_csv_in_another_dialect_names_the_flag_that_reads_it(tmp_path, small):
+    """A semicolon-separated file read as comma-separated, decimal commas, and Latin-1 bytes (in the
+    first block, and past it, where a worker meets them) each name the flag that reads the file."""
+    path = tmp_path / "semi.csv"
+    small.to_csv(path, index=False, sep=";", decimal=",")
+    err = _fails(tmp_path, path, "--k", "3", "--qi", "a,b")
+    assert "reads as one column, 'id;a;b;c'" in err and "--csv-separator ';'" in err
+    err = _fails(tmp_path, path, "--k", "3", "--qi", "a,b", "--csv-separator", ";")
+    assert "'a' is not numeric" in err and "--csv-decimal ','" in err
+    late = pd.DataFrame({"a": np.arange(30_000.0), "b": np.arange(30_000.0) % 7, "town": "Paris"})
+    late.loc[25_000, "town"] = "Orl\u00e9ans"
+    for name, frame in (("first.csv", late.iloc[24_000:]), ("late.csv", late)):
+        path = tmp_path / name
+        frame.to_csv(path, index=False, encoding="latin-1")
+        err = _fails(tmp_path, path, "--k", "3", "--qi", "a,b")
+        assert "--csv-encoding" in err, name
+    for flag, value, message in (("--csv-separator", "ab", "separator must be one character"),
+                                 ("--csv-decimal", ",", "other than the separator"),
+                                 ("--csv-encoding", "klingon", "unknown CSV encoding 'klingon'")):
+        assert message in _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,b", flag, value)
+
+
 def test_unknown_qi_column(tmp_path, small):
     err = _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,nope")
     assert "--qi" in err and "'nope'" in err

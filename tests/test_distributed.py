@@ -126,6 +126,63 @@ def test_warehouse_directory_layouts_give_the_same_release(tmp_path, data):
         assert _files(_run(tmp_path, f"from-{layout.name}", layout, *common)) == reference, layout.name
 
 
+def test_a_csv_column_that_changes_type_part_way_is_read_with_the_type_of_all_its_rows(tmp_path):
+    """Dask guesses a CSV column's type from the first 256 kB: a postcode column of numbers with a
+    text value further on, and whole numbers with an empty cell further on, used to fail the job
+    ("Mismatched dtypes"). The input is read again with each column's type from all its rows: text
+    and float64, every value released as written, the same release on any cluster."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(8)
+    n = 20_000
+    df = pd.DataFrame({"q0": rng.normal(size=n), "q1": rng.lognormal(size=n),
+                       "postcode": rng.integers(10_000, 99_999, n).astype(str), "count": rng.integers(0, 9, n)})
+    df.loc[15_000, "postcode"] = "SW1A 1AA"
+    df["count"] = df["count"].astype(object)
+    df.loc[18_000, "count"] = None
+    source = tmp_path / "late.csv"
+    df.to_csv(source, index=False)
+    releases = []
+    for name, flags in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", 2])):
+        out = _run(tmp_path, name, source, "--k", 3, "--qi", "q0,q1", *flags)
+        report = json.loads((out / "_report.json").read_text())
+        assert report["input_types_widened"] == {"postcode": "string", "count": "float64"}
+        assert report["evaluation"]["checks"]["unchanged_columns"] == {"postcode": 0, "count": 0}
+        releases.append(_files(out))
+    assert releases[0] == releases[1]
+    released = pq.read_table(tmp_path / "sync")
+    assert pa.types.is_large_string(released.schema.field("postcode").type)
+    assert released.column("postcode").to_pylist() == df["postcode"].tolist()
+    assert released.schema.field("count").type == pa.float64()
+    assert released.column("count").null_count == 1 and released.column("count")[18_000].as_py() is None
+    assert_k_anonymous(released.to_pandas(), ["q0", "q1"], 3)
+    evaluated = tmp_path / "evaluated.json"
+    microagg_cli("evaluate", source, tmp_path / "sync", "--qi", "q0,q1", "--report", evaluated, "--no-html",
+                 "--scheduler", "synchronous", check=True)
+    report = json.loads(evaluated.read_text())
+    assert report["input_types_widened"] == {"original": {"postcode": "string", "count": "float64"}, "masked": None}
+    assert report["checks"]["unchanged_columns"] == {"postcode": 0, "count": 0}
+
+
+@pytest.mark.parametrize("guessed, later, widened", [
+    ("int64", ["1", "2"], None),
+    ("int64", ["1.5"], "float64"),
+    ("int64", [None], "float64"),
+    ("float64", [None, "2"], None),
+    ("float64", ["abc"], "string"),
+    ("bool", ["True", None], "boolean"),
+    ("bool", ["2"], "string"),
+    ("int64", ["true"], "string"),
+    ("object", ["1", "x"], None),
+])
+def test_the_type_a_csv_column_needs_for_its_later_rows(guessed, later, widened):
+    from microagg.pipeline import io
+
+    kinds = io._column_kinds(pd.DataFrame({"c": pd.Series(later, dtype=object)}))["c"]
+    assert io._widened(np.dtype(guessed), *kinds[:-1]) == widened
+
+
 def test_an_input_of_fewer_rows_than_partitions(tmp_path):
     """Three rows split across the cluster's cores leave empty partitions: still one group of three."""
     source = tmp_path / "tiny.parquet"

@@ -202,6 +202,30 @@ dld_records = 120
     assert report["summary"]["quasi_identifiers"] == QI and "summary" in evaluation
 
 
+def test_a_csv_input_in_another_dialect(workspace, capsys):
+    """``[input] separator / decimal / encoding``: a semicolon-separated, decimal-comma, Latin-1 export
+    gives the release of the same rows as a plain CSV file, and is evaluated in the same dialect."""
+    jobs, df = workspace
+    df = df.assign(town=["Orl\u00e9ans", "Besan\u00e7on", "Sa\u00f4ne"] * (len(df) // 3))
+    df.to_csv(jobs / "plain.csv", index=False)
+    df.to_csv(jobs / "export.csv", index=False, sep=";", decimal=",", encoding="latin-1")
+    plain = SMALL_JOB.replace("warehouse/extract/", "plain.csv")
+    dialect = SMALL_JOB.replace('path = "warehouse/extract/"',
+                                'path = "export.csv"\nseparator = ";"\ndecimal = ","\nencoding = "latin-1"')
+    releases = []
+    for name, text in (("plain", plain), ("dialect", dialect)):
+        code, _, err = _main(capsys, "run", _write(jobs, f"{name}.toml", text), "--date", "2026-03-08")
+        assert code == 0, err
+        release = jobs / "exports" / "2026-03-08" / name
+        releases.append({p.name: p.read_bytes() for p in sorted(release.glob("*.parquet"))})
+        evaluation = json.loads((release / "_evaluation.json").read_text())
+        assert evaluation["checks"]["unchanged_columns"]["town"] == 0
+    assert releases[0] == releases[1]
+    assert pd.read_parquet(jobs / "exports" / "2026-03-08" / "dialect")["town"].tolist() == df["town"].tolist()
+    report = json.loads((jobs / "exports" / "2026-03-08" / "dialect" / "_report.json").read_text())
+    assert report["csv"] == {"sep": ";", "decimal": ",", "encoding": "latin-1"}
+
+
 def test_default_date_is_today_in_utc(workspace):
     jobs, _ = workspace
     before = datetime.now(timezone.utc).date().isoformat()
@@ -320,6 +344,12 @@ BAD = [
      "evaluation = 'e.json'\n", "[report] evaluation: the evaluation is off"),
     ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[evaluate]\ndld_records = 'some'\n",
      '[evaluate] dld_records: must be a positive number of records or "all", got "some"'),
+    ("[input]\npath = 'x'\nseparator = ';;'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n",
+     "[input] the CSV separator must be one character"),
+    ("[input]\npath = 'x'\nseparator = ';'\ndecimal = ';'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n",
+     "[input] the CSV decimal mark must be one character other than the separator"),
+    ("[input]\npath = 'x'\nencoding = 'latin-9000'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n",
+     "[input] unknown CSV encoding 'latin-9000'"),
     ("k = 5\n", 'top-level key "k": keys belong in a section ([anonymize] k)'),
     ("[input\n", "not valid TOML"),
 ]
