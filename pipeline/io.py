@@ -372,71 +372,77 @@ def compute_reading(*objs):
         return dask.compute(*objs)
 
 
-_BOOL_WORDS = ("True", "TRUE", "true", "False", "FALSE", "false")  # what pandas reads as booleans
+def _block_kinds(block, names, first, dialect, qi):
+    """How pandas reads one block of a CSV file on its own: ``{column: kind}`` (the dtype's kind:
+    ``i`` whole numbers, ``f`` numbers, ``b`` booleans, ``O`` text; ``e`` no value at all) and, for
+    each QI of ``qi`` read as text, ``(rows that are not numbers, the first)``."""
+    from io import BytesIO
 
-
-def _column_kinds(part, decimal="."):
-    """For each column of a partition read as text: ``(text values, booleans, numbers, numbers that
-    are not whole, missing cells, first value that is not a number)``; ``decimal``: the decimal mark."""
     import pandas as pd
 
-    kinds = {}
-    for column in part.columns:
-        values = part[column]
-        present = values.notna()
-        numeric = values if decimal == "." else values.str.replace(decimal, ".", regex=False)
-        numbers = pd.to_numeric(numeric, errors="coerce").notna()
-        booleans = values.isin(_BOOL_WORDS)
-        text = present & ~numbers & ~booleans
-        whole = values.str.fullmatch(r"\s*[+-]?\d+\s*").fillna(False).astype(bool)
-        words = values[present & ~numbers]
-        kinds[column] = (int(text.sum()), int(booleans.sum()), int(numbers.sum()), int((numbers & ~whole).sum()),
-                         int((~present).sum()), words.iloc[0] if len(words) else None)
-    return kinds
+    frame = pd.read_csv(BytesIO(block), header=0 if first else None, names=None if first else names, **dialect)
+    kinds = {c: "e" if frame[c].isna().all() else frame[c].dtype.kind for c in frame.columns}
+    text = {}
+    for column in qi:
+        if kinds.get(column) not in ("i", "u", "f", "e"):
+            values = frame[column].astype(str).where(frame[column].notna())
+            if dialect.get("decimal", ".") != ".":
+                values = values.str.replace(dialect["decimal"], ".", regex=False)
+            bad = frame[column][pd.to_numeric(values, errors="coerce").isna() & frame[column].notna()]
+            text[column] = (len(bad), bad.iloc[0] if len(bad) else None)
+    return kinds, text
 
 
-def _widened(guessed, text, booleans, numbers, fractions, missing):
-    """The type a CSV column needs for all its rows when Dask guessed ``guessed`` from the first
-    ones, or None if the guess holds them."""
+def _widened(guessed, kinds):
+    """The type a CSV column needs for all its rows, read block by block as ``kinds`` (a set of
+    :func:`_block_kinds`' kinds), when Dask guessed ``guessed`` from the first ones; None if the
+    guess holds them."""
     import pandas as pd
 
     if pd.api.types.is_string_dtype(guessed) or guessed == object:
         return None
-    if text or (booleans and numbers):
+    values = set(kinds) - {"e"}
+    if "O" in values or not values <= {"i", "u", "f", "b"} or ("b" in values and len(values) > 1):
         return "string"
     if pd.api.types.is_bool_dtype(guessed):
-        return None if not (numbers or missing) else "boolean" if not numbers else "string"
-    if booleans:  # a numeric column
-        return "string"
-    return "float64" if pd.api.types.is_integer_dtype(guessed) and (fractions or missing) else None
+        return "boolean" if "e" in kinds else None
+    if pd.api.types.is_integer_dtype(guessed) and (values & {"f"} or "e" in kinds):
+        return "float64"
+    return None
 
 
 def csv_types(path, qi=(), blocksize=CSV_BLOCKSIZE, csv=None):
     """The types of a CSV input's columns that Dask's guess from the first rows does not hold, from
-    one pass over every row read as text: ``{column: dtype}`` for :func:`read_input`'s ``dtypes``
-    (text for a column whose later rows hold text, float64 for whole numbers with empty cells
-    further on, nullable booleans). Raises :class:`InputError` naming each quasi-identifier column of
-    ``qi`` that holds text, with its count of such rows and an example."""
+    one pass that reads every block as pandas does on its own: ``{column: dtype}`` for
+    :func:`read_input`'s ``dtypes`` (text for a column whose later rows hold text, float64 for whole
+    numbers with empty cells further on, nullable booleans). Raises :class:`InputError` naming each
+    quasi-identifier column of ``qi`` that holds text, with its count of such rows and an example."""
     import dask
+    from dask.bytes import read_bytes
 
-    fmt, _ = resolve_input(path)
+    fmt, urlpath = resolve_input(path)
     if fmt != "csv":
         return None
+    csv = csv or {}
     guessed = read_input(path, blocksize, csv=csv).dtypes
-    text = read_input(path, blocksize, dtypes=str, csv=csv)
-    decimal = (csv or {}).get("decimal", ".")
-    totals, examples = {}, {}
-    for kinds in dask.compute(*[dask.delayed(_column_kinds)(p, decimal) for p in text.to_delayed()]):
-        for column, (*counts, example) in kinds.items():
-            totals[column] = np.add(totals.get(column, 0), counts)
-            if example is not None:
-                examples.setdefault(column, example)
-    bad = [c for c in qi if totals[c][0] or totals[c][1]]
+    names, headers, _ = _csv_headers(urlpath, csv)
+    compressed = any(n.lower().endswith((".gz", ".bz2", ".xz", ".zst")) for n in names)
+    _, files = read_bytes(urlpath, delimiter=b"\n", blocksize=None if compressed else blocksize, sample=False,
+                          compression="infer")
+    read = dask.delayed(_block_kinds, pure=True)
+    found = dask.compute(*[read(block, header, i == 0, csv, tuple(qi))
+                           for blocks, header in zip(files, headers) for i, block in enumerate(blocks)])
+    bad = {}
+    for _, text in found:
+        for column, (count, example) in text.items():
+            total, first = bad.get(column, (0, None))
+            bad[column] = (total + count, first if first is not None else example)
+    bad = {c: v for c, v in bad.items() if v[0]}
     if bad:
-        found = "; ".join(f"{c!r}: {totals[c][0] + totals[c][1]} row(s), for example {examples[c]!r}" for c in bad)
+        shown = "; ".join(f"{c!r}: {n} row(s), for example {e!r}" for c, (n, e) in bad.items())
         raise InputError(f"quasi-identifier column(s) hold values that are not numbers after their first rows: "
-                         f"{found}; microaggregation needs numbers: clean the column(s) or leave them out of --qi")
-    widened = {c: _widened(guessed[c], *map(int, totals[c])) for c in guessed.index}
+                         f"{shown}; microaggregation needs numbers: clean the column(s) or leave them out of --qi")
+    widened = {c: _widened(guessed[c], {kinds[c] for kinds, _ in found}) for c in guessed.index}
     return {c: t for c, t in widened.items() if t is not None}
 
 

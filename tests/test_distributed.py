@@ -167,20 +167,26 @@ def test_a_csv_column_that_changes_type_part_way_is_read_with_the_type_of_all_it
 
 @pytest.mark.parametrize("guessed, later, widened", [
     ("int64", ["1", "2"], None),
-    ("int64", ["1.5"], "float64"),
-    ("int64", [None], "float64"),
-    ("float64", [None, "2"], None),
-    ("float64", ["abc"], "string"),
-    ("bool", ["True", None], "boolean"),
-    ("bool", ["2"], "string"),
-    ("int64", ["true"], "string"),
+    ("int64", ["1.5", "2"], "float64"),
+    ("int64", ["", "2"], "float64"),
+    ("int64", ["", ""], "float64"),
+    ("float64", ["", "2"], None),
+    ("float64", ["abc", "1"], "string"),
+    ("bool", ["True", "False"], None),
+    ("bool", ["", ""], "boolean"),
+    ("bool", ["True", ""], "string"),
+    ("bool", ["2", "3"], "string"),
+    ("int64", ["true", "1"], "string"),
     ("object", ["1", "x"], None),
 ])
 def test_the_type_a_csv_column_needs_for_its_later_rows(guessed, later, widened):
     from microagg.pipeline import io
 
-    kinds = io._column_kinds(pd.DataFrame({"c": pd.Series(later, dtype=object)}))["c"]
-    assert io._widened(np.dtype(guessed), *kinds[:-1]) == widened
+    value = {"int64": "1", "float64": "1.5", "bool": "True", "object": "a"}[guessed]
+    first, _ = io._block_kinds(f"x,c\n0,{value}\n".encode(), None, True, {}, ())
+    kinds, _ = io._block_kinds("".join(f"0,{v}\n" for v in later).encode(), ["x", "c"], False, {}, ())
+    guess = pd.read_csv(__import__("io").StringIO(f"c\n{value}\n"))["c"].dtype
+    assert io._widened(guess, {first["c"], kinds["c"]}) == widened
 
 
 def test_an_input_of_fewer_rows_than_partitions(tmp_path):
