@@ -1373,11 +1373,14 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     try:
         _workers_see(tmp)  # the release's temporary directory, which the workers write into
         keep = _fits_in_memory(input_path)
+        started = time.perf_counter()
         try:
             released, report = build_release(ddf, options, timings, identifier_key, columns, keep)
             dtypes = None
         except CSVTypeChange:  # in the statistics pass, the first over every row
-            ddf, dtypes = io.read_retyped(input_path, columns[0], csv=csv)
+            with timings.stage("csv types"):
+                ddf, dtypes = io.read_retyped(input_path, columns[0], csv=csv)
+            timings.seconds["csv types"] = round(time.perf_counter() - started, 4)  # the failed pass's time too
             released, report = build_release(ddf, options, timings, identifier_key, columns, keep)
             report["input_types_widened"] = dtypes
         report["input_kept_in_memory"] = keep

@@ -148,6 +148,7 @@ def test_a_csv_column_that_changes_type_part_way_is_read_with_the_type_of_all_it
         out = _run(tmp_path, name, source, "--k", 3, "--qi", "q0,q1", *flags)
         report = json.loads((out / "_report.json").read_text())
         assert report["input_types_widened"] == {"postcode": "string", "count": "float64"}
+        assert report["timings"]["csv types"] > 0
         assert report["evaluation"]["checks"]["unchanged_columns"] == {"postcode": 0, "count": 0}
         releases.append(_files(out))
     assert releases[0] == releases[1]

@@ -13,6 +13,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py small
     .venv/bin/python tests/benchmarks/bench_pipeline.py cpu --rows 10000000 --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py files --rows 1000000 --files 2000 --runs 2
+    .venv/bin/python tests/benchmarks/bench_pipeline.py csv --rows 1000000 --runs 2
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -61,6 +62,12 @@ then / block sweeps): CPU seconds and IL, the measurement behind the defaults.
 (the shape of an export written by many tasks), ``microagg anonymize`` on each, alternated ``--runs``
 times: seconds, the stages, the ratio of the small files' best to the extract's best, and whether the
 releases are the same bytes.
+
+``csv``: the extract as one CSV file with a ``postcode`` column of numbers, and the same file with
+one postcode of text at 90 % of the rows (past the rows Dask guesses the types from: the job's first
+pass fails, the input is read again with the types of all its rows), ``microagg anonymize`` on each,
+alternated ``--runs`` times: seconds, the stages, the ratio of the second's best to the first's, the
+IL (the same: only the postcode's type differs).
 
 ``small``: ``light`` before and after its block sweeps (bands 0.5 / 0.25 without sweeps, and the
 preset now) on small inputs forced into blocks: the CASC census and EIA files and extracts of 20k
@@ -964,10 +971,54 @@ def files(args):
               f"| {stages} | {report['information_loss']:.4f} | {'yes' if same else 'NO'} |")
 
 
+def csv_extracts(rows, root):
+    """The extract as one CSV file with a postcode column of numbers, and as the same file with one
+    text postcode at 90 % of the rows (cached)."""
+    import pandas as pd
+
+    source = make_extract(rows, root)
+
+    def build(path):
+        df = pd.concat([pd.read_parquet(part) for part in sorted(source.glob("part-*.parquet"))], ignore_index=True)
+        df["postcode"] = (df.index % 90_000 + 10_000).astype(str)
+        df.to_csv(path / "numbers.csv", index=False)
+        df.loc[int(0.9 * rows), "postcode"] = "SW1A 1AA"
+        df.to_csv(path / "late-text.csv", index=False)
+
+    path = _cached(Path(root) / f"extract-{rows}-csv", build)
+    return {"postcodes all numbers": path / "numbers.csv", "one text postcode at 90 %": path / "late-text.csv"}
+
+
+def csv_types(args):
+    """A CSV input whose column changes type part-way, against the same file without (module docstring)."""
+    from microagg.jobs.cluster import local_shape
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    sources = csv_extracts(args.rows, root)
+    workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
+    print(f"{args.rows:,} rows x 13 QIs as one CSV file, k={args.k}; {workers} worker(s) x {threads} thread(s)\n")
+    results = {name: [] for name in sources}
+    for run in range(args.runs):
+        for name, source in sources.items():
+            seconds, report = _anonymize(args, source, root / "release-csv", workers, threads)
+            print(f"  run {run + 1} {name}: {seconds:.2f} s", flush=True)
+            results[name].append((seconds, report))
+    base = min(s for s, _ in results[next(iter(sources))])
+    print("\n| input | runs s | best s | vs first | statistics / blocks / write s (best run) | csv types s | "
+          "types widened | IL % |")
+    print("| --- | --- | ---: | ---: | --- | ---: | --- | ---: |")
+    for name, runs in results.items():
+        best, report = min(runs, key=lambda r: r[0])
+        stages = " / ".join(f"{report['timings'].get(s, 0):.1f}" for s in ("statistics", "blocks", "write"))
+        widened = ", ".join(f"{c}: {t}" for c, t in (report.get("input_types_widened") or {}).items()) or "none"
+        print(f"| {name} | {', '.join(f'{s:.2f}' for s, _ in runs)} | {best:.2f} | {best / base:.2f}x | {stages} "
+              f"| {report['timings'].get('csv types', 0):.1f} | {widened} | {report['information_loss']:.4f} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
-                                         "evaluate", "quality", "floors", "small", "cpu", "files"))
+                                         "evaluate", "quality", "floors", "small", "cpu", "files", "csv"))
     parser.add_argument("--dld-records", type=int, default=None,
                         help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -1009,7 +1060,7 @@ def main():
         parser.error("several --rows are for the sweep and floors modes only")
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
      "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality,
-     "floors": floors, "small": small, "cpu": cpu, "files": files}[args.mode](args)
+     "floors": floors, "small": small, "cpu": cpu, "files": files, "csv": csv_types}[args.mode](args)
 
 
 if __name__ == "__main__":
