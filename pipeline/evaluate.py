@@ -77,7 +77,6 @@ import json
 import logging
 import math
 import os
-import tempfile
 import time
 import uuid
 from typing import NamedTuple
@@ -977,18 +976,9 @@ def html_path(report_path):
 
 
 def write_report(path, report):
-    """Write the JSON report atomically (a temporary file in the same directory, then renamed)."""
-    path = os.path.abspath(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(report, fh, indent=2, sort_keys=True, allow_nan=False)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write the JSON report atomically (:func:`pipeline.io.write_atomically`)."""
+    text = json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    io.write_atomically(os.path.abspath(path), text.encode("utf-8"))
 
 
 def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percent=metrics.ID_PERCENT, html=True,

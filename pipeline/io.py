@@ -646,6 +646,32 @@ def _process_start(pid):
         return None
 
 
+def write_atomically(path, data):
+    """Write ``data`` (bytes) to the local file ``path`` atomically: a temporary file in the same
+    directory (created exclusively, mode ``0666`` less the umask, so a report is as readable as the
+    release beside it), flushed to disk, then renamed over ``path``; a failure leaves no partial file
+    and no temporary. Returns ``path``."""
+    import secrets
+
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
 def commit_output(tmp, output):
     """Mark ``tmp`` complete and move it to ``output``, replacing a previous release."""
     output = os.path.abspath(output)

@@ -1514,6 +1514,4 @@ def _fits_in_memory(input_path):
 
 
 def _write_json(path, data):
-    with open(path, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True, default=str)
-        fh.write("\n")
+    io.write_atomically(path, (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8"))

@@ -60,7 +60,6 @@ import html
 import io
 import math
 import os
-import secrets
 
 import numpy as np
 import pandas as pd
@@ -74,6 +73,7 @@ from matplotlib.ticker import EngFormatter, MaxNLocator
 from ..kernels import histogram
 from . import metrics
 from .errors import InputError
+from .io import write_atomically
 from .validation import as_float_matrix
 
 FORMAT = "microagg-report-data/1"
@@ -1115,24 +1115,6 @@ def render_html(report, data=None, figures=None):
 
 
 def write_html(path, report, data=None, figures=None):
-    """Write :func:`render_html` of ``report`` and ``data`` to the local file ``path`` atomically: a
-    temporary file in the same directory (created exclusively, mode ``0666`` less the umask),
-    flushed to disk, then renamed over ``path``; a failure leaves no partial file. Returns ``path``."""
-    text = render_html(report, data, figures).encode("utf-8")
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
+    """Write :func:`render_html` of ``report`` and ``data`` to the local file ``path`` atomically
+    (:func:`pipeline.io.write_atomically`: a failure leaves no partial file). Returns ``path``."""
+    return write_atomically(path, render_html(report, data, figures).encode("utf-8"))

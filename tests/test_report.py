@@ -436,6 +436,27 @@ def test_no_html_and_a_page_beside_the_report(tmp_path, run_cli):
     assert not (tmp_path / "out" / "_report.html").exists()
 
 
+def test_reports_are_as_readable_as_the_release(tmp_path):
+    """Every file a job writes takes the mode the umask gives (0640 under 027): the release's files,
+    a report and its page outside it, the evaluation's report (it was 0600, unreadable by the
+    consumers of the release beside it); no temporary file is left."""
+    import stat
+
+    from conftest import microagg_cli
+
+    previous = os.umask(0o027)
+    try:
+        microagg_cli("anonymize", CENSUS_CSV, tmp_path / "out", "--k", 4, "--report", tmp_path / "r.json",
+                     "--scheduler", "synchronous", check=True)
+        microagg_cli("evaluate", CENSUS_CSV, tmp_path / "out", "--qi", "AGI,FICA", "--report", tmp_path / "e.json",
+                     "--scheduler", "synchronous", check=True)
+    finally:
+        os.umask(previous)
+    written = [*(tmp_path / "out").iterdir(), *(tmp_path / n for n in ("r.json", "r.html", "e.json", "e.html"))]
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in written} == {p.name: 0o640 for p in written}
+    assert not [p for p in tmp_path.rglob(".*")], "temporary file left"
+
+
 def test_no_page_anywhere_after_bad_input_or_a_failed_gate(tmp_path, run_cli, broken_method):
     source = tmp_path / "in.csv"
     pd.read_csv(CENSUS_CSV).iloc[:200].to_csv(source, index=False)
