@@ -197,7 +197,8 @@ def _anonymize(args):
         raise InputError("--known and --id-percent are options of the evaluation, which is off "
                          + ("(--no-evaluate)" if args.evaluate is False else f"here ({unpaired})"))
     with dask_client(args.scheduler, workers=args.workers, threads_per_worker=args.threads_per_worker,
-                     memory_limit=args.memory_limit, processes=args.processes) as client:
+                     memory_limit=args.memory_limit, processes=args.processes,
+                     worker_timeout=args.worker_timeout) as client:
         if client is not None and client.dashboard_link:
             _say(args, f"Dask dashboard: {client.dashboard_link}")
         extra = (lambda: {"workers": worker_memory(client)}) if client is not None else None

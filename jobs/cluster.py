@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 import dask
 
+from . import flags
+
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = "10s"
@@ -188,7 +190,8 @@ def local_shape(processes, workers=None, threads_per_worker=None):
 
 
 @contextmanager
-def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory_limit="auto", processes=False):
+def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory_limit="auto", processes=False,
+                worker_timeout=flags.WORKER_TIMEOUT):
     """Yield a ``distributed.Client`` (or ``None`` for the in-process synchronous scheduler).
 
     scheduler : "local" (an embedded ``LocalCluster`` sized to the machine: by default its workers
@@ -196,7 +199,7 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
         because the kernels release the GIL and nothing is serialized between workers; with
         ``processes`` one process per worker), "synchronous" (no cluster: every task in this
         process; for small files and debugging), or the address of a running scheduler
-        (``tcp://HOST:PORT``).
+        (``tcp://HOST:PORT``), whose first worker is awaited for ``worker_timeout`` seconds.
     """
     if scheduler == "synchronous":
         with dask.config.set(scheduler="synchronous"):
@@ -247,8 +250,26 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
             f"address and that the scheduler is running. Nothing was written."
         ) from exc
     with client:
+        await_workers(client, scheduler, worker_timeout)
         check_workers(client)
         yield client
+
+
+def await_workers(client, scheduler, timeout):
+    """Wait up to ``timeout`` seconds for a first worker if the scheduler has none (Dask would wait
+    for ever: a scheduled job hung on a cluster scaled to zero); raise :class:`ClusterError` after."""
+    if client.scheduler_info()["workers"]:
+        return
+    log.info("the Dask scheduler at %s has no worker yet: waiting up to %g s for one", scheduler, timeout)
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError as exc:
+        from ..pipeline.errors import ClusterError
+
+        raise ClusterError(
+            f"the Dask scheduler at {scheduler!r} has had no worker for {timeout:g} s; start workers for it, or "
+            f"wait longer (--worker-timeout, [cluster] worker_timeout). Nothing was written."
+        ) from exc
 
 
 # the packages whose versions shape a release's bytes (kernels, arithmetic, Parquet encoding)

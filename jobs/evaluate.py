@@ -65,7 +65,8 @@ def run(args):
     evaluate.check_report_path(args.report, args.html)  # before a cluster starts
     csv = csv_flags(args)
     with dask_client(args.scheduler, workers=args.workers, threads_per_worker=args.threads_per_worker,
-                     memory_limit=args.memory_limit, processes=args.processes):
+                     memory_limit=args.memory_limit, processes=args.processes,
+                     worker_timeout=args.worker_timeout):
         report = evaluate.run(args.original, args.masked, args.qi, args.report, args.k, args.known, id_percent,
                               html=args.html, csv=csv, **options)
     if not args.quiet:

@@ -3,6 +3,11 @@
 import argparse
 
 
+WORKER_TIMEOUT = 300.0
+"""Seconds a job waits for the first worker of a scheduler that has none (workers starting beside the
+job: a Kubernetes DaskCluster pulling its image, a Slurm worker job in the queue) before it fails."""
+
+
 def add_cluster_arguments(parser, scheduler_note=""):
     """The cluster flags every command that runs on Dask takes (anonymize, generate, evaluate)."""
     parser.add_argument("--scheduler", default="local", metavar="local|synchronous|tcp://HOST:PORT",
@@ -19,6 +24,9 @@ def add_cluster_arguments(parser, scheduler_note=""):
                              "measured faster, the kernels release the GIL)")
     parser.add_argument("--memory-limit", default="auto",
                         help="memory limit per local worker, e.g. 4GiB (at least 512MiB; 0: none; default auto)")
+    parser.add_argument("--worker-timeout", type=_seconds, default=WORKER_TIMEOUT, metavar="SECONDS",
+                        help="with a scheduler address: how long to wait for a first worker when it has none "
+                             "(workers still starting) before failing with exit code 4 (default 300)")
 
 
 def add_csv_arguments(parser, which="the input"):
@@ -36,6 +44,16 @@ def csv_flags(args):
     from ..pipeline import io
 
     return io.csv_dialect(args.csv_separator, args.csv_decimal, args.csv_encoding)
+
+
+def _seconds(value):
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
+    return seconds
 
 
 RELEASE_DLD_RECORDS = 1_000_000

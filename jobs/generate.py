@@ -55,7 +55,8 @@ def run(args):
     check_arguments(args.rows, files, args.seed)  # before a cluster starts
     start = time.perf_counter()
     with dask_client(args.scheduler, workers=args.workers, threads_per_worker=args.threads_per_worker,
-                     memory_limit=args.memory_limit, processes=args.processes) as client:
+                     memory_limit=args.memory_limit, processes=args.processes,
+                     worker_timeout=args.worker_timeout) as client:
         summary = write_dataset(args.output, args.rows, files, args.seed, client)
     seconds = time.perf_counter() - start
     if not args.quiet:

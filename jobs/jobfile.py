@@ -42,6 +42,7 @@ Sections and keys (``*``: required)::
     scheduler        "local" (default) | "synchronous" | "tcp://HOST:PORT" (any scheme://address)
     workers, threads_per_worker, processes, memory_limit   the local cluster (as the CLI flags)
     connect_timeout  seconds to reach a scheduler address (default 10)
+    worker_timeout   seconds to wait for a first worker of a scheduler address that has none (default 300)
 
     [report]
     json             release report (default: _report.json inside the release)
@@ -79,7 +80,7 @@ from datetime import date as _date
 from datetime import datetime, timezone
 
 from ..pipeline.errors import InputError
-from .flags import RELEASE_DLD_RECORDS
+from .flags import RELEASE_DLD_RECORDS, WORKER_TIMEOUT
 
 TEMPLATES = ("date", "job")
 DEFAULT_REPORT = "_report.json"
@@ -328,6 +329,7 @@ SCHEMA = {
         "processes": Key(_boolean),
         "memory_limit": Key(_memory),
         "connect_timeout": Key(_seconds),
+        "worker_timeout": Key(_seconds),
     },
     "report": {
         "json": Key(_string, path=True),
@@ -550,6 +552,7 @@ def load(path, date=None):
         "processes": get("cluster", "processes", False),
         "memory_limit": get("cluster", "memory_limit", "auto"),
         "connect_timeout": get("cluster", "connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+        "worker_timeout": get("cluster", "worker_timeout", WORKER_TIMEOUT),
     }
     # on by default, as `microagg anonymize`, where the release pairs with the input row by row
     evaluating = get("evaluate", "run", not_evaluable(options) is None)

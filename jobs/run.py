@@ -140,7 +140,8 @@ def run(args):
         c = job.cluster
         with _connect_timeout(c["connect_timeout"]), dask_client(
                 c["scheduler"], workers=c["workers"], threads_per_worker=c["threads_per_worker"],
-                memory_limit=c["memory_limit"], processes=c["processes"]) as client:
+                memory_limit=c["memory_limit"], processes=c["processes"],
+                worker_timeout=c["worker_timeout"]) as client:
             if client is not None and client.dashboard_link:
                 log.info("Dask dashboard: %s", client.dashboard_link)
             extra = (lambda: {"workers": worker_memory(client), "job": _job_fields(job)}) if client is not None \

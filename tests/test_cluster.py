@@ -39,6 +39,49 @@ def test_cli_on_an_existing_cluster(tmp_path, scheduler):
     assert_k_anonymous(pd.read_parquet(remote), QI, 5)
 
 
+def test_a_scheduler_without_workers_is_waited_for_then_a_cluster_failure(tmp_path):
+    """A scheduler with no worker (a cluster scaled to zero; workers still starting): the job waits
+    for one up to --worker-timeout, then exits 4 naming the wait, and writes nothing (it used to wait
+    for ever). A worker that joins during the wait runs the job."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from conftest import stop_processes
+
+    source = tmp_path / "in.parquet"
+    extract(2_000, seed=5).to_parquet(source, index=False)
+    args = ["--k", 5, "--qi", ",".join(QI), "--no-evaluate"]
+    (tmp_path / "cluster").mkdir()
+    with dask_processes(tmp_path / "cluster", workers=0) as address:
+        started = time.monotonic()
+        proc = microagg_cli("anonymize", source, tmp_path / "never", *args, "--scheduler", address,
+                            "--worker-timeout", 3)
+        assert proc.returncode == 4, proc.stderr
+        assert "has had no worker for 3 s" in proc.stderr and "--worker-timeout" in proc.stderr
+        assert time.monotonic() - started < 60
+        assert not (tmp_path / "never").exists() and not [p for p in tmp_path.iterdir() if ".microagg-" in p.name]
+        job = tmp_path / "job.toml"  # the job file's key
+        job.write_text(f'[input]\npath = "{source}"\n[output]\npath = "{tmp_path / "never"}"\n[anonymize]\nk = 5\n'
+                       f'[evaluate]\nrun = false\n[cluster]\nscheduler = "{address}"\nworker_timeout = 2\n')
+        proc = microagg_cli("run", job)
+        assert proc.returncode == 4 and "has had no worker for 2 s" in proc.stderr, proc.stderr
+        job = subprocess.Popen([str(Path(sys.executable).with_name("microagg")), "anonymize", str(source),
+                                str(tmp_path / "late"), *map(str, args), "--scheduler", address],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        assert job.poll() is None  # waiting
+        worker = subprocess.Popen([str(Path(sys.executable).with_name("dask")), "worker", address, "--nthreads", "1",
+                                   "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _, err = job.communicate(timeout=120)
+            assert job.returncode == 0, err
+        finally:
+            stop_processes([worker])
+    assert_k_anonymous(pd.read_parquet(tmp_path / "late"), QI, 5)
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
 def test_workers_that_do_not_see_the_input_or_the_output_are_named(tmp_path):
     """A worker in a mount namespace where the directory ``hidden`` is an empty tmpfs: the job's input

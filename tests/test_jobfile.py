@@ -284,7 +284,7 @@ memory_limit = "2GiB"
     assert o.hash_identifiers and o.rows_per_file == 1000 and o.release_where is None
     assert o.method_options == (("grow", "nc"),) and o.refine_options == (("iterations", 10), ("time_budget", 1.5))
     assert job.cluster == {"scheduler": "local", "workers": 2, "threads_per_worker": 1, "processes": True,
-                           "memory_limit": "2GiB", "connect_timeout": 10.0}
+                           "memory_limit": "2GiB", "connect_timeout": 10.0, "worker_timeout": 300.0}
     assert job.input == "example:census" and job.output == "/tmp/out/all"
     # the list form of blocks and the other method options
     other = jobfile.parse('[anonymize]\nk = 2\nblocks = [["A", "B"], ["C"]]\ngamma = 1\neps = 0.5\nmhm_order = "md"\n'
@@ -350,6 +350,8 @@ BAD = [
      "[input] the CSV decimal mark must be one character other than the separator"),
     ("[input]\npath = 'x'\nencoding = 'latin-9000'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n",
      "[input] unknown CSV encoding 'latin-9000'"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[cluster]\nworker_timeout = 0\n",
+     '[cluster] worker_timeout: must be a number of seconds > 0'),
     ("k = 5\n", 'top-level key "k": keys belong in a section ([anonymize] k)'),
     ("[input\n", "not valid TOML"),
 ]
