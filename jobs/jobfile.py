@@ -492,7 +492,7 @@ def load(path, date=None):
     path = os.path.abspath(path)
     try:
         with open(path, "rb") as fh:
-            text = fh.read().decode("utf-8")
+            text = fh.read().decode("utf-8-sig")  # a Windows editor's byte-order mark is not TOML
     except FileNotFoundError:
         raise InputError(f"job file {path!r} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -305,6 +305,11 @@ def test_validate_a_good_job_prints_one_line(workspace, capsys):
     assert code == 0 and "not there yet" in out
     code, out, err = _main(capsys, "validate", ROOT / "deploy" / "jobs" / "nightly-export.toml")
     assert code == 0, err
+    # as a Windows editor saves it: a byte-order mark and CRLF line ends
+    windows = jobs / "windows.toml"
+    windows.write_bytes(b"\xef\xbb\xbf" + ISSUE_JOB.replace("\n", "\r\n").encode())
+    code, out, err = _main(capsys, "validate", windows, "--date", "2026-03-09")
+    assert code == 0 and ": ok:" in out, err
 
 
 BAD = [
