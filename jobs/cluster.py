@@ -252,7 +252,62 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
     with client:
         await_workers(client, scheduler, worker_timeout)
         check_workers(client)
-        yield client
+        with _watching_workers(client, scheduler, worker_timeout):
+            yield client
+
+
+WATCH_INTERVAL = 2.0
+"""Seconds between two looks at a scheduler's workers while a job runs on it."""
+
+
+@contextmanager
+def _watching_workers(client, scheduler, timeout):
+    """While a job runs on a scheduler address: a scheduler that has lost every worker and has none
+    again after ``timeout`` seconds fails the job with :class:`ClusterError` (Dask would wait for
+    ever: Slurm worker jobs past their time limit, a cluster scaled to zero under a running job). A
+    thread looks every :data:`WATCH_INTERVAL` seconds and interrupts the main thread (SIGINT) once;
+    the job then unwinds as for Ctrl-C and the interruption is reported as the cluster's failure.
+    Only in the main thread (a library caller's thread is left alone)."""
+    import signal
+    import threading
+    import time
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stop, failure, ending = threading.Event(), [], threading.Lock()
+
+    def watch():
+        since = None
+        while not stop.wait(WATCH_INTERVAL):
+            try:
+                workers = client.scheduler_info(n_workers=1)["workers"]
+            except Exception:  # the client closing, the scheduler gone: the job's own calls report it
+                return
+            since = None if workers else since or time.monotonic()
+            if since is not None and time.monotonic() - since >= timeout:
+                with ending:  # not once the job is over
+                    if not stop.is_set():
+                        failure.append(f"the Dask scheduler at {scheduler!r} lost every worker during the job and "
+                                       f"has had none for {timeout:g} s; start workers for it, or wait longer "
+                                       f"(--worker-timeout, [cluster] worker_timeout). Nothing was written.")
+                        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                return
+
+    watcher = threading.Thread(target=watch, name="microagg-worker-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    except KeyboardInterrupt:
+        if failure:
+            from ..pipeline.errors import ClusterError
+
+            raise ClusterError(failure[0]) from None
+        raise
+    finally:
+        with ending:
+            stop.set()
+        watcher.join()
 
 
 def await_workers(client, scheduler, timeout):

@@ -13,8 +13,9 @@ code  meaning
       check, or its temporary directory was removed by another job while it ran (``pipeline.io``'s
       lease), and was not written
 4     cluster failure (``ClusterError``): the Dask scheduler cannot be reached within the connect
-      timeout, has no worker within the worker timeout, its workers run other versions of the packages that shape a release
-      (``jobs.cluster.check_workers``), or the cluster failed during the job (a worker killed beyond the retries:
+      timeout, has no worker for the worker timeout (at the start or during the job), its workers
+      run other versions of the packages that shape a release (``jobs.cluster.check_workers``), or
+      the cluster failed during the job (a worker killed beyond the retries:
       ``KilledWorker``; the connection to the scheduler lost: ``CommClosedError``, a refused or
       reset connection, futures cancelled because the scheduler went away); nothing was written
 5     storage failure: a filesystem refused a write or a read (full: ``ENOSPC``, over quota:

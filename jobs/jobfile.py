@@ -42,7 +42,8 @@ Sections and keys (``*``: required)::
     scheduler        "local" (default) | "synchronous" | "tcp://HOST:PORT" (any scheme://address)
     workers, threads_per_worker, processes, memory_limit   the local cluster (as the CLI flags)
     connect_timeout  seconds to reach a scheduler address (default 10)
-    worker_timeout   seconds to wait for a first worker of a scheduler address that has none (default 300)
+    worker_timeout   seconds a scheduler address may have no worker, at the start or during the job
+                     (default 300)
 
     [report]
     json             release report (default: _report.json inside the release)
