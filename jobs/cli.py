@@ -129,7 +129,8 @@ def _add_anonymize(sub):
                         "zscore (slabs along the sum of z-scores)")
     # blocking defaults: ReleaseOptions's (the flags are passed on only when given)
     p.add_argument("--block-size", type=int, default=None,
-                   help="largest block of the split tree, solved by the method at once (default 2500)")
+                   help="largest block of the split tree, solved by the method at once (default 2500, or 2k for a "
+                        "k above 1250)")
     p.add_argument("--one-block-rows", type=int, default=None,
                    help="an input (or stratum) of at most this many rows is not split: solved as one block, "
                         "exactly the published method (default 5000: the CASC files)")

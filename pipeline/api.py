@@ -13,7 +13,7 @@ from ..kernels.stats import group_weighted
 from . import stats
 from .errors import InputError
 from .blocked import Blocking, blocked_partition
-from .blocking import sample_plan
+from .blocking import default_block_size, sample_plan
 from ..kernels.missing import observed_means
 from .mic1d import check_mic1d, is_mic1d, merge_of, protect
 from .sequence import check_sequence, direction, grouping_of, is_sequence, partition_sequence
@@ -154,6 +154,7 @@ def _blocking(options, k, seed):
     unknown = sorted(set(options) - accepted)
     if unknown:
         raise TypeError(f"unknown blocking option(s) {unknown}; accepted: {', '.join(sorted(accepted))}, stitch")
+    options.setdefault("block_size", default_block_size(k))
     plan = Blocking(seed=seed, **options)
     check_blocking(plan.block_size, plan.blocks_per_task, plan.order, k, plan.one_block_rows)
     return plan, STITCHING[name]

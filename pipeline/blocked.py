@@ -24,7 +24,7 @@ from . import blocking, stitch
 class Blocking:
     """How the rows are cut into blocks (the pipeline's options of the same names)."""
 
-    block_size: int = 2500
+    block_size: int = blocking.BLOCK_SIZE
     blocks_per_task: int = 32
     one_block_rows: int = 5000
     order: str = "kd"

@@ -27,6 +27,14 @@ import numpy as np
 from .. import kernels
 
 ORDERS = ("kd", "pca", "zscore")
+BLOCK_SIZE = 2500
+"""The default largest block of the split tree (BENCHMARKS.md: block size), unless k needs more."""
+
+
+def default_block_size(k):
+    """The block size when none is given: :data:`BLOCK_SIZE`, or 2k for a k above half of it (a
+    block holds at least two groups); ``k`` as given (checked later)."""
+    return max(BLOCK_SIZE, 2 * k) if isinstance(k, int) and not isinstance(k, bool) else BLOCK_SIZE
 MIN_LEAF_SAMPLE = 8
 
 

@@ -84,7 +84,7 @@ class ReleaseOptions:
     aggregate: str = "mean"
     rows_per_file: int = 250_000        # a file is one write task: 1M-row files made 1.5 GiB workers restart (BENCHMARKS.md)
     order: str = "kd"
-    block_size: int = 2500              # largest block of the split tree (BENCHMARKS.md: block size)
+    block_size: int | None = None       # largest block of the split tree; None: blocking.default_block_size(k)
     blocks_per_task: int = 32           # blocks solved and stitched together in one Dask task
     one_block_rows: int = 5000          # an input (a stratum) of at most this many rows is one block
     seed: int = 0
@@ -102,6 +102,11 @@ class ReleaseOptions:
     small_strata: str = "error"         # a stratum below k rows: "error" or "merge" (into the nearest)
     attribute_blocks: tuple = ()        # attribute blocks, each microaggregated on its own (tuples of names)
     missing: str = "error"              # a missing QI value: "error", or "centroid" (kernels/missing.py)
+
+    def __post_init__(self):
+        if self.block_size is None:  # Mic1D-k's runs are not blocks: its k does not size them
+            size = blocking.BLOCK_SIZE if mic1d.is_mic1d(self.method) else blocking.default_block_size(self.k)
+            object.__setattr__(self, "block_size", size)
 
 
 @dataclass

@@ -190,6 +190,22 @@ def test_the_type_a_csv_column_needs_for_its_later_rows(guessed, later, widened)
     assert io._widened(guess, {first["c"], kinds["c"]}) == widened
 
 
+def test_a_large_k_gets_blocks_of_at_least_2k_rows_unless_a_block_size_is_given(tmp_path, data):
+    """k = 3000 without --block-size: blocks of up to 6,000 rows (2k), not the default 2,500 that
+    cannot hold two groups (it was refused as "block size must be at least 2k", an option the user
+    never gave); in memory as in the pipeline. A block size given that small is still refused."""
+    root, df = data
+    out = _run(tmp_path, "large-k", root / "four", "--k", 3000, "--qi", ",".join(QI), "--workers", 2, "--no-evaluate")
+    report = json.loads((out / "_report.json").read_text())
+    assert report["block_size_target"] == 6000 and report["blocks"] > 1 and report["min_group_size"] >= 3000
+    assert_k_anonymous(pd.read_parquet(out), QI, 3000)
+    labels = microagg.partition(df[QI].to_numpy(), 3000, stitch="light", one_block_rows=0)
+    assert np.bincount(labels).min() >= 3000
+    proc = microagg_cli("anonymize", root / "four", tmp_path / "refused", "--k", 3000, "--qi", ",".join(QI),
+                        "--block-size", 2500, "--scheduler", "synchronous")
+    assert proc.returncode == 2 and "block size must be at least 2k = 6000, got 2500" in proc.stderr
+
+
 def test_an_input_of_fewer_rows_than_partitions(tmp_path):
     """Three rows split across the cluster's cores leave empty partitions: still one group of three."""
     source = tmp_path / "tiny.parquet"
