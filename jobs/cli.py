@@ -150,7 +150,7 @@ def _anonymize(args):
     from ..pipeline.errors import InputError
     from ..pipeline.release import ReleaseOptions, not_evaluable, run
     from .cluster import dask_client, worker_memory
-    from .progress import StageProgress, wanted
+    from .progress import reporting
 
     key = None
     if args.hash_identifiers:
@@ -203,11 +203,7 @@ def _anonymize(args):
         if client is not None and client.dashboard_link:
             _say(args, f"Dask dashboard: {client.dashboard_link}")
         extra = (lambda: {"workers": worker_memory(client)}) if client is not None else None
-        if wanted() and not args.quiet:
-            with StageProgress(client):
-                report = run(args.input, args.output, options, args.report, key, extra, html=args.html,
-                             evaluation=evaluation, csv=csv)
-        else:
+        with reporting(client, args.quiet):
             report = run(args.input, args.output, options, args.report, key, extra, html=args.html,
                          evaluation=evaluation, csv=csv)
     if report["method"] == "mic1d":

@@ -3,6 +3,7 @@
 import argparse
 
 from .flags import add_cluster_arguments, add_csv_arguments, add_risk_arguments, csv_flags
+from .progress import reporting
 
 EXIT_OK = 0
 DEFAULT_REPORT = "microagg-evaluate.json"
@@ -66,7 +67,7 @@ def run(args):
     csv = csv_flags(args)
     with dask_client(args.scheduler, workers=args.workers, threads_per_worker=args.threads_per_worker,
                      memory_limit=args.memory_limit, processes=args.processes,
-                     worker_timeout=args.worker_timeout):
+                     worker_timeout=args.worker_timeout) as client, reporting(client, args.quiet):
         report = evaluate.run(args.original, args.masked, args.qi, args.report, args.k, args.known, id_percent,
                               html=args.html, csv=csv, **options)
     if not args.quiet:

@@ -9,6 +9,9 @@
 * a stage of the pipeline or of a job file (:class:`pipeline.release.Timings` and :mod:`jobs.run`):
   also ``event: "stage"``, ``stage`` (its name) and ``status``: ``"started"``, or ``"done"``,
   ``"failed"`` or ``"interrupted"`` with ``seconds``;
+* every 30 s of a running stage of the pipeline (:class:`jobs.progress.LogProgress`): ``event:
+  "progress"``, ``stage``, ``seconds`` and the cluster's ``tasks_done`` / ``tasks_running`` /
+  ``tasks_waiting``;
 * the outcome, last: ``event: "finished"`` with ``command``, ``exit_code`` (0) and, where the command
   has them, ``output``, ``rows``, ``information_loss`` (percent), ``report``; or ``event: "failed"``
   with ``command``, ``exit_code`` (see :mod:`jobs.exit_codes`), ``error`` (the exception's class),

@@ -1,7 +1,12 @@
-"""Console progress for jobs: the current stage, its elapsed time and the cluster's task counts.
+"""Progress of jobs: the current stage, its elapsed time and the cluster's task counts.
 
-Shown only on a terminal (stderr is a TTY) and not under CI; the pipeline itself only logs.
+On a terminal (stderr is a TTY, not under CI) one status line is redrawn (:class:`StageProgress`).
+With ``--log-format json`` (a scheduler's log, never a terminal) a ``progress`` record is logged
+every :data:`LOG_INTERVAL` seconds while a stage runs (:class:`LogProgress`), so a long stage is
+not a silent one. :func:`reporting` picks one of them, or none.
 """
+
+import contextlib
 
 import logging
 import os
@@ -16,22 +21,54 @@ def wanted(stream=None):
     return stream.isatty() and not os.environ.get("CI")
 
 
+LOG_INTERVAL = 30.0
+"""Seconds between two ``progress`` records of a running stage in the JSON log."""
+
+log = logging.getLogger(__name__)
+
+
 def _task_states(dask_scheduler=None):
     return dict(Counter(ts.state for ts in dask_scheduler.tasks.values()))
 
 
-class StageProgress(logging.Handler):
-    """Redraws one status line: ``stage  elapsed  tasks done/queued/running`` while a stage runs."""
+def task_counts(client):
+    """``(done, running, waiting)`` tasks on the client's scheduler, or None if it cannot tell."""
+    if client is None:
+        return None
+    try:
+        states = client.run_on_scheduler(_task_states)
+    except Exception:  # progress must never break a job
+        return None
+    return (states.get("memory", 0) + states.get("released", 0) + states.get("forgotten", 0),
+            states.get("processing", 0),
+            states.get("waiting", 0) + states.get("queued", 0) + states.get("no-worker", 0))
 
-    def __init__(self, client=None, stream=sys.stderr, interval=0.5):
+
+def reporting(client, quiet=False):
+    """The progress of a job on ``client`` (None: no cluster): the status line on a terminal, the
+    ``progress`` records with the JSON log format, else nothing."""
+    from . import logs
+
+    if wanted() and not quiet:
+        return StageProgress(client)
+    if logs.is_json():
+        return LogProgress(client)
+    return contextlib.nullcontext()
+
+
+class _Watching(logging.Handler):
+    """Follows the pipeline's stages (its ``stage NAME ...`` records) while a thread calls
+    :meth:`_tick` every ``interval`` seconds; a context manager."""
+
+    def __init__(self, client, interval):
         super().__init__(level=logging.INFO)
         self.client = client
-        self.stream = stream
         self.interval = interval
         self.stage = None
         self.started = 0.0
+        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="microagg-progress", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"microagg-{type(self).__name__}", daemon=True)
 
     def __enter__(self):
         logger = logging.getLogger("microagg.pipeline.release")
@@ -44,32 +81,69 @@ class StageProgress(logging.Handler):
         self._stop.set()
         self._thread.join(timeout=2)
         logging.getLogger("microagg.pipeline.release").removeHandler(self)
-        self._draw(final=True)
+        self._ended()
 
     def emit(self, record):
         message = record.getMessage()
-        if message.startswith("stage ") and message.endswith("..."):
-            self._draw(final=True)
-            self.stage = message[len("stage "):-len(" ...")]
-            self.started = time.perf_counter()
+        if message.startswith("stage "):  # "stage NAME ..." starts a stage; "stage NAME done ..." ends it
+            self._ended()
+            with self._lock:
+                self.stage = message[len("stage "):-len(" ...")] if message.endswith("...") else None
+                self.started = time.perf_counter()
 
     def _loop(self):
         while not self._stop.wait(self.interval):
-            self._draw()
+            with self._lock:
+                stage, started = self.stage, self.started
+            if stage is not None:
+                self._tick(stage, time.perf_counter() - started)
 
-    def _draw(self, final=False):
-        if self.stage is None:
-            return
-        line = f"  {self.stage:<11} {time.perf_counter() - self.started:7.1f}s"
-        if self.client is not None and not final:
-            try:
-                states = self.client.run_on_scheduler(_task_states)
-                done = states.get("memory", 0) + states.get("released", 0) + states.get("forgotten", 0)
-                line += (f"  tasks: {done} done, {states.get('processing', 0)} running, "
-                         f"{states.get('waiting', 0) + states.get('queued', 0) + states.get('no-worker', 0)} waiting")
-            except Exception:  # the status line must never break a job
-                pass
+    def _tick(self, stage, elapsed):
+        raise NotImplementedError
+
+    def _ended(self):
+        """The stage followed so far ends (or another starts)."""
+
+
+class StageProgress(_Watching):
+    """Redraws one status line: ``stage  elapsed  tasks done/queued/running`` while a stage runs."""
+
+    def __init__(self, client=None, stream=sys.stderr, interval=0.5):
+        super().__init__(client, interval)
+        self.stream = stream
+
+    def _tick(self, stage, elapsed):
+        self._draw(stage, elapsed, task_counts(self.client))
+
+    def _ended(self):
+        with self._lock:
+            stage, started = self.stage, self.started
+        if stage is not None:
+            self._draw(stage, time.perf_counter() - started, None, final=True)
+
+    def _draw(self, stage, elapsed, counts, final=False):
+        line = f"  {stage:<11} {elapsed:7.1f}s"
+        if counts is not None:
+            line += f"  tasks: {counts[0]} done, {counts[1]} running, {counts[2]} waiting"
         self.stream.write("\r" + line.ljust(78) + ("\n" if final else ""))
         self.stream.flush()
-        if final:
-            self.stage = None
+
+
+class LogProgress(_Watching):
+    """Logs ``progress`` (INFO, ``event: "progress"``, ``stage``, ``seconds`` and the task counts
+    ``tasks_done`` / ``tasks_running`` / ``tasks_waiting``) every ``interval`` seconds while a stage
+    of the pipeline runs, once it has run that long (nothing for a shorter stage)."""
+
+    def __init__(self, client=None, interval=None):
+        super().__init__(client, LOG_INTERVAL if interval is None else interval)
+
+    def _tick(self, stage, elapsed):
+        if elapsed < self.interval:
+            return
+        counts = task_counts(self.client)
+        fields = {"event": "progress", "stage": stage, "seconds": round(elapsed, 1)}
+        text = ""
+        if counts is not None:
+            fields.update(tasks_done=counts[0], tasks_running=counts[1], tasks_waiting=counts[2])
+            text = f"; tasks: {counts[0]} done, {counts[1]} running, {counts[2]} waiting"
+        log.info("progress: stage %s running for %.0f s%s", stage, elapsed, text, extra={"fields": fields})

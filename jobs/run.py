@@ -129,6 +129,7 @@ def run(args):
     from ..pipeline import release
     from . import jobfile, logs
     from .cluster import dask_client, worker_memory
+    from .progress import reporting
 
     job = jobfile.load(args.job, args.date)
     with _stage("validate"):
@@ -141,7 +142,7 @@ def run(args):
         with _connect_timeout(c["connect_timeout"]), dask_client(
                 c["scheduler"], workers=c["workers"], threads_per_worker=c["threads_per_worker"],
                 memory_limit=c["memory_limit"], processes=c["processes"],
-                worker_timeout=c["worker_timeout"]) as client:
+                worker_timeout=c["worker_timeout"]) as client, reporting(client, args.quiet):
             if client is not None and client.dashboard_link:
                 log.info("Dask dashboard: %s", client.dashboard_link)
             extra = (lambda: {"workers": worker_memory(client), "job": _job_fields(job)}) if client is not None \

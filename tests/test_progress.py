@@ -1,9 +1,10 @@
-"""The console progress line of jobs/ (shown on terminals only)."""
+"""The progress of jobs/: the console line (on terminals only) and the JSON log's progress records."""
 
 import io
 import logging
+import time
 
-from microagg.jobs.progress import StageProgress, wanted
+from microagg.jobs.progress import LogProgress, StageProgress, wanted
 
 
 class _Tty(io.StringIO):
@@ -60,3 +61,55 @@ def test_cli_on_a_terminal_shows_stages_and_no_log_records(tmp_path):
     assert "statistics" in screen and "blocks" in screen and "write" in screen
     assert "INFO" not in screen
     assert "information loss: 5.692 %" in screen
+
+
+def test_a_long_stage_logs_its_progress_and_a_short_one_does_not():
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    keep, log = Keep(), logging.getLogger("microagg.pipeline.release")
+    logging.getLogger("microagg.jobs.progress").addHandler(keep)
+    logging.getLogger("microagg.jobs.progress").setLevel(logging.INFO)
+    try:
+        with LogProgress(client=None, interval=0.05):
+            log.info("stage %s ...", "statistics")
+            log.info("stage %s done in %.2f s", "statistics", 0.0)  # shorter than the interval: nothing
+            log.info("stage %s ...", "blocks")
+            time.sleep(0.4)
+            log.info("stage %s done in %.2f s", "blocks", 0.4)
+            seen = len(records)
+            time.sleep(0.2)  # between stages: nothing
+    finally:
+        logging.getLogger("microagg.jobs.progress").removeHandler(keep)
+    assert len(records) == seen >= 3
+    fields = [r.fields for r in records]
+    assert {f["stage"] for f in fields} == {"blocks"} and {f["event"] for f in fields} == {"progress"}
+    assert all(f["seconds"] >= 0.05 for f in fields) and fields[-1]["seconds"] > fields[0]["seconds"]
+
+
+def test_the_json_log_of_a_job_on_a_cluster_has_progress_records(tmp_path, monkeypatch, capsys):
+    """``--log-format json`` (a scheduler's log): progress records with the cluster's task counts
+    while a stage runs (every 30 s by default; here every 0.2 s)."""
+    import json
+
+    from microagg.jobs import cli, logs, progress
+    from synthetic import QI, extract
+
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.2)
+    source = tmp_path / "in.parquet"
+    extract(100_000, seed=2).to_parquet(source, index=False)
+    try:
+        code = cli.main(["--log-format", "json", "anonymize", str(source), str(tmp_path / "out"), "--k", "5",
+                         "--qi", ",".join(QI), "--workers", "1", "--no-evaluate", "--no-html"])
+    finally:
+        logs.setup("text", logging.WARNING)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    entries = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    ticks = [e for e in entries if e.get("event") == "progress"]
+    assert ticks and {"blocks"} <= {e["stage"] for e in ticks}
+    assert all(e["tasks_done"] >= 0 and e["tasks_running"] >= 0 and e["tasks_waiting"] >= 0 for e in ticks)
+    assert entries[-1]["event"] == "finished"
