@@ -536,8 +536,16 @@ def _warn_of_large_row_groups(names, footers):
 SUCCESS_MARKER = "_SUCCESS"
 
 
+def release_path(output):
+    """Where a release at ``output`` lives: its absolute path, or, if ``output`` is a symbolic link
+    (``latest -> 2026-11-25``), the directory it points to. The release replaces that directory and
+    the link keeps pointing at it (renaming over the link would replace the link by a directory)."""
+    output = os.path.abspath(output)
+    return os.path.realpath(output) if os.path.islink(output) else output
+
+
 def _tmp_prefix(output):
-    head, name = os.path.split(os.path.abspath(output))
+    head, name = os.path.split(output)
     return head, f".{name}.microagg-"
 
 
@@ -546,7 +554,7 @@ def prepare_output(output):
     if "://" in str(output):
         raise InputError(f"the output must be a local path, without a URL scheme (a release is committed by a local "
                          f"rename; a shared filesystem for a cluster), got {str(output)!r}")
-    output = os.path.abspath(output)
+    output = release_path(output)
     head, prefix = _tmp_prefix(output)
     if not os.path.isdir(head):
         raise InputError(f"the parent directory of the output, {head!r}, does not exist")
@@ -674,7 +682,7 @@ def write_atomically(path, data):
 
 def commit_output(tmp, output):
     """Mark ``tmp`` complete and move it to ``output``, replacing a previous release."""
-    output = os.path.abspath(output)
+    output = release_path(output)
     _Lease.end(tmp)
     try:
         os.remove(os.path.join(tmp, LEASE))

@@ -206,6 +206,24 @@ def test_a_large_k_gets_blocks_of_at_least_2k_rows_unless_a_block_size_is_given(
     assert proc.returncode == 2 and "block size must be at least 2k = 6000, got 2500" in proc.stderr
 
 
+def test_an_output_that_is_a_symbolic_link_is_replaced_through_it(tmp_path):
+    """OUTPUT a link to a release (``latest -> 2026-11-25``): the new release replaces the directory
+    the link points to, and the link stays a link. (The rename replaced the link by a directory and
+    left the link aside as a hidden ``.microagg-old-`` entry.) A link to nothing yet is written through."""
+    source = tmp_path / "in.parquet"
+    extract(2_000, seed=4).to_parquet(source, index=False)
+    common = ["--qi", ",".join(QI), "--no-evaluate", "--scheduler", "synchronous"]
+    _run(tmp_path, "2026-11-25", source, "--k", 3, *common)
+    (tmp_path / "latest").symlink_to("2026-11-25")
+    microagg_cli("anonymize", source, tmp_path / "latest", "--k", 4, *common, check=True)
+    assert (tmp_path / "latest").is_symlink()
+    assert json.loads((tmp_path / "2026-11-25" / "_report.json").read_text())["k"] == 4
+    (tmp_path / "next").symlink_to("2026-11-26")
+    microagg_cli("anonymize", source, tmp_path / "next", "--k", 5, *common, check=True)
+    assert (tmp_path / "next").is_symlink() and (tmp_path / "2026-11-26" / "_SUCCESS").exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
 def test_an_input_of_fewer_rows_than_partitions(tmp_path):
     """Three rows split across the cluster's cores leave empty partitions: still one group of three."""
     source = tmp_path / "tiny.parquet"
