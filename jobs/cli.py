@@ -325,6 +325,11 @@ def main(argv=None):
                                                       f"this job sees: the workers must see the input and the output "
                                                       f"at the same paths as the job (a shared filesystem; or an "
                                                       f"object store URL for the input). Nothing was written.")
+        gone = _vanished(exc)
+        if gone:
+            return logs.failed(args, exc, EXIT_INPUT, f"microagg: error: {gone!r} no longer exists: a file was removed "
+                                                      f"while the job read it (the input changed during the job?). "
+                                                      f"Nothing was written.")
         if is_storage_failure(exc):  # a full, read-only or forbidden filesystem (jobs/exit_codes.py)
             return logs.failed(args, exc, EXIT_STORAGE, f"microagg: error: a filesystem refused a write or read: "
                                                         f"{exc}. Nothing was written.")
@@ -345,6 +350,14 @@ def _unseen_by_workers(exc):
     if ".microagg-tmp-" in os.path.basename(folder) and os.path.isdir(os.path.dirname(folder)):
         return os.path.dirname(folder)
     return None
+
+
+def _vanished(exc):
+    """The file a task could not find because it is gone here too (removed while the job ran), or None."""
+    name = getattr(exc, "filename", None) if isinstance(exc, FileNotFoundError) else None
+    if not name or os.path.exists(name) or _unseen_by_workers(exc):
+        return None
+    return name
 
 
 def console():

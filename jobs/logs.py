@@ -187,7 +187,10 @@ def failed(args, exc, code, text):
             traceback.print_exception(exc)
         print(text, file=sys.stderr)
         return code
-    entry = {"level": "ERROR", "logger": "microagg", "message": str(exc) or text, "event": "failed",
+    # the console's sentence without its "microagg: error: " (for a failure microagg classifies, such as
+    # a lost cluster or a full disk, it says more than the exception's own text)
+    message = text.removeprefix("microagg: ").removeprefix("error: ") or str(exc)
+    entry = {"level": "ERROR", "logger": "microagg", "message": message, "event": "failed",
              "command": getattr(args, "command", None), "exit_code": code, "error": type(exc).__name__}
     if isinstance(exc, KeyboardInterrupt):
         entry["message"] = f"{'terminated' if isinstance(exc, Terminated) else 'interrupted'}; nothing was written"

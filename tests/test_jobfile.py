@@ -393,7 +393,8 @@ def test_evaluate_unavailable_is_a_clear_input_error(workspace, monkeypatch, cap
 def test_a_file_the_workers_cannot_see_is_named(tmp_path, monkeypatch, capsys):
     """Workers of a remote scheduler that do not share the job's filesystem: a task's FileNotFoundError
     for a file that exists here (the input), or for a file of the release's temporary directory (removed
-    by the time it is reported) whose parent exists here (the output), is a bad input path: exit 2."""
+    by the time it is reported) whose parent exists here (the output), is a bad input path: exit 2. A
+    file gone here too was removed while the job ran (the input changed): exit 2, saying so."""
     import errno
 
     source = tmp_path / "part-0.parquet"
@@ -404,8 +405,8 @@ def test_a_file_the_workers_cannot_see_is_named(tmp_path, monkeypatch, capsys):
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
         monkeypatch.setitem(cli.COMMANDS, "methods", command)
         code, _, err = _main(capsys, "methods")
-        if shown is None:
-            assert code == 1 and "internal error" in err
+        if shown is None:  # gone here too: removed while the job read it
+            assert code == 2 and f"{str(path)!r} no longer exists: a file was removed while the job read it" in err
         else:
             assert code == 2 and f"a Dask worker cannot find {str(shown)!r}, which this job sees" in err, err
 
@@ -452,3 +453,7 @@ def test_exit_code_table_matches_the_error_classes(monkeypatch, capsys):
     event = json.loads(err.strip().splitlines()[-1])
     assert code == 3 and event["event"] == "failed" and event["error"] == "ReleaseGateError"
     assert event["exit_code"] == 3 and event["message"] == "gate"
+    monkeypatch.setitem(cli.COMMANDS, "methods", lambda args: (_ for _ in ()).throw(full))
+    code, out, err = _main(capsys, "--log-format", "json", "methods")  # a failure microagg classifies: its sentence
+    event = json.loads(err.strip().splitlines()[-1])
+    assert code == 5 and event["message"].startswith("a filesystem refused a write or read: ")
