@@ -8,7 +8,8 @@ code  meaning
 0     success: the release (and every report asked for) is written
 1     internal error: a bug or an unexpected failure (re-run with ``--debug`` for the traceback)
 2     bad input, bad options or a bad job file (``InputError``): the message names the column,
-      option or ``[section] key``; nothing was written. Also argparse's usage errors
+      option or ``[section] key``; nothing was written. Also an input file removed while the job
+      read it, workers that cannot see the input or the output, and argparse's usage errors
 3     release gate failure (``ReleaseGateError``): the release failed its k-anonymity or row-count
       check, or its temporary directory was removed by another job while it ran (``pipeline.io``'s
       lease), and was not written
