@@ -282,7 +282,7 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
                          "values would split the groups of the other blocks")
     qi, ids, non_numeric = resolve_columns(df.dtypes, named, identifiers)
     if non_numeric:
-        raise non_numeric_error(non_numeric[0], df[non_numeric[0]].head(1000))
+        raise non_numeric_error(non_numeric[0], df[non_numeric[0]])
     check_release_where(release_where, qi, df.iloc[:0])
     check_weights(weights, df.dtypes, qi, ids)
     w = None

@@ -94,7 +94,7 @@ from .blocking import sample_plan
 from .errors import CSVTypeChange, InputError
 from .release import Timings, persisted
 from .release import html_path as release_html_path
-from .validation import check_k
+from .validation import check_k, non_numeric_error, non_numeric_values
 
 log = logging.getLogger(__name__)
 
@@ -127,25 +127,6 @@ def _is_numeric(dtype):
     return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
 
 
-def _non_numeric(series):
-    """``(count, first example)`` of the values of ``series`` that are present but not numbers."""
-    values = pd.Series(series)
-    bad = values[pd.to_numeric(values, errors="coerce").isna() & values.notna()]
-    return len(bad), (bad.iloc[0] if len(bad) else None)
-
-
-def _refuse_non_numeric(frame, column, which):
-    """The error for a QI column with a non-numeric dtype, with its count of non-numeric values (the
-    job is refused from metadata; this pass over the one column only fills in the message)."""
-    found = dask.compute(*[delayed(_non_numeric)(p) for p in frame[column].to_delayed()])
-    count = sum(c for c, _ in found)
-    example = next((e for c, e in found if c), None)
-    detail = (f"{count} row(s) hold a value that is not a number, for example {example!r}" if count else
-              "store it as numbers")
-    return InputError(f"quasi-identifier column {column!r} of the {which} file is not numeric (dtype "
-                      f"{frame[column].dtype}): {detail}")
-
-
 def plan(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT, changed=()):
     """Validate from the schemas alone. Returns ``(qi, scenarios, shared)``: the QI names, the known
     sets as tuples of QI positions (all QIs first, then each distinct ``known`` subset in QI order)
@@ -163,7 +144,7 @@ def plan(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT, 
     for which, frame in (("original", original), ("masked", masked)):
         for column in qi:
             if not _is_numeric(frame.dtypes[column]):
-                raise _refuse_non_numeric(frame, column, which)
+                raise non_numeric_error(column, frame[column], which)
     if k is not None:
         check_k(k)
     ps = np.atleast_1d(np.asarray(id_percent, dtype=np.float64))
@@ -195,7 +176,7 @@ def _float_matrix(part, qi, which):
         return np.ascontiguousarray(part[qi].to_numpy(dtype=np.float64))
     except (TypeError, ValueError):
         for column in qi:
-            count, example = _non_numeric(part[column])
+            count, example = non_numeric_values(part[column])
             if count:
                 raise InputError(f"quasi-identifier column {column!r} of the {which} file holds {count} value(s) "
                                  f"that are not numbers in one partition, for example {example!r}") from None

@@ -160,7 +160,7 @@ def plan(ddf, options):
     qi, ids, non_numeric = resolve_columns(ddf.dtypes, named, options.identifiers)
     if non_numeric:
         column = non_numeric[0]
-        raise non_numeric_error(column, ddf[column].head(1000))  # first partition only
+        raise non_numeric_error(column, ddf[column])
     check_release_where(options.release_where, qi, ddf._meta)
     check_weights(options.weights, ddf.dtypes, qi, ids)
     check_strata(options.strata, options.small_strata, ddf.dtypes, qi, ids)

@@ -183,17 +183,33 @@ def _is_numeric(dtype):
     return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
 
 
-def non_numeric_error(column, sample):
-    """The error for a QI column whose values are not numbers, quoting one offending value."""
-    values = pd.Series(sample)
+def non_numeric_values(values):
+    """``(count, first example)`` of the values of a pandas Series that are present but not numbers."""
+    values = pd.Series(values)
     bad = values[pd.to_numeric(values, errors="coerce").isna() & values.notna()]
-    shown = f"; for example {bad.iloc[0]!r}" if len(bad) else ""
-    if len(bad) and re.fullmatch(r"\s*[+-]?\d*,\d+\s*", str(bad.iloc[0])):
+    return len(bad), (bad.iloc[0] if len(bad) else None)
+
+
+def non_numeric_error(column, values, which=""):
+    """The error for a QI column whose dtype is not numeric: the count of its values that are not
+    numbers and one of them. ``values``: the column, a pandas Series or a Dask one (counted partition
+    by partition: the job is refused from metadata, this pass only fills in the message); ``which``:
+    the file's name for it ("original"), if there are two."""
+    if hasattr(values, "to_delayed"):
+        import dask
+
+        found = dask.compute(*[dask.delayed(non_numeric_values)(p) for p in values.to_delayed()])
+    else:
+        found = [non_numeric_values(values)]
+    count = sum(c for c, _ in found)
+    example = next((e for c, e in found if c), None)
+    shown = (f"{count} row(s) hold a value that is not a number, for example {example!r}" if count else
+             "store it as numbers")
+    if count and re.fullmatch(r"\s*[+-]?\d*,\d+\s*", str(example)):
         shown += " (a decimal comma: give --csv-decimal ',')"
-    return InputError(
-        f"quasi-identifier column {column!r} is not numeric (dtype {values.dtype}){shown}; "
-        f"microaggregation needs numbers: clean the column or leave it out of --qi"
-    )
+    of = f" of the {which} file" if which else ""
+    return InputError(f"quasi-identifier column {column!r}{of} is not numeric (dtype {values.dtype}): {shown}; "
+                      f"microaggregation needs numbers: clean the column or leave it out of --qi")
 
 
 MISSING = ("error", "centroid")

@@ -54,7 +54,8 @@ def test_non_numeric_qi_names_column_and_value(tmp_path, small):
     small["b"] = small["b"].astype(object)
     small.loc[5, "b"] = "unknown"
     err = _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,b")
-    assert "'b'" in err and "not numeric" in err and "'unknown'" in err
+    assert "'b'" in err and "not numeric" in err and "1 row(s) hold a value that is not a number" in err
+    assert "'unknown'" in err
 
 
 def _late_text_csv(tmp_path, column, rows=(15_000, 17_500)):
