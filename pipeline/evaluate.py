@@ -979,8 +979,9 @@ def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percen
     try:
         report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, **options)
     except CSVTypeChange:  # in the statistics pass, the first over every row
-        original, widened = io.read_retyped(original_path, _names(qi, "--qi"), csv=csv)
-        masked, masked_widened = io.read_retyped(masked_path, _names(qi, "--qi"), csv=csv)
+        numbers = dict.fromkeys(_names(qi, "--qi"), "quasi-identifier")
+        original, widened = io.read_retyped(original_path, numbers, csv=csv)
+        masked, masked_widened = io.read_retyped(masked_path, numbers, csv=csv)
         report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, **options)
         report["input_types_widened"] = {"original": widened, "masked": masked_widened}
     page = html_path(report_path) if html else None

@@ -411,12 +411,13 @@ def _widened(guessed, kinds):
     return None
 
 
-def csv_types(path, qi=(), blocksize=CSV_BLOCKSIZE, csv=None):
+def csv_types(path, numbers=None, blocksize=CSV_BLOCKSIZE, csv=None):
     """The types of a CSV input's columns that Dask's guess from the first rows does not hold, from
     one pass that reads every block as pandas does on its own: ``{column: dtype}`` for
     :func:`read_input`'s ``dtypes`` (text for a column whose later rows hold text, float64 for whole
-    numbers with empty cells further on, nullable booleans). Raises :class:`InputError` naming each
-    quasi-identifier column of ``qi`` that holds text, with its count of such rows and an example."""
+    numbers with empty cells further on, nullable booleans). ``numbers``: the columns that must hold
+    numbers, ``{column: its role}`` ("quasi-identifier", "weights"); :class:`InputError` names each
+    that holds text, with its role, its count of such rows and an example."""
     import dask
     from dask.bytes import read_bytes
 
@@ -430,7 +431,8 @@ def csv_types(path, qi=(), blocksize=CSV_BLOCKSIZE, csv=None):
     _, files = read_bytes(urlpath, delimiter=b"\n", blocksize=None if compressed else blocksize, sample=False,
                           compression="infer")
     read = dask.delayed(_block_kinds, pure=True)
-    found = dask.compute(*[read(block, header, i == 0, csv, tuple(qi))
+    numbers = dict(numbers or {})
+    found = dask.compute(*[read(block, header, i == 0, csv, tuple(numbers))
                            for blocks, header in zip(files, headers) for i, block in enumerate(blocks)])
     bad = {}
     for _, text in found:
@@ -439,17 +441,18 @@ def csv_types(path, qi=(), blocksize=CSV_BLOCKSIZE, csv=None):
             bad[column] = (total + count, first if first is not None else example)
     bad = {c: v for c, v in bad.items() if v[0]}
     if bad:
-        shown = "; ".join(f"{c!r}: {n} row(s), for example {e!r}" for c, (n, e) in bad.items())
-        raise InputError(f"quasi-identifier column(s) hold values that are not numbers after their first rows: "
-                         f"{shown}; microaggregation needs numbers: clean the column(s) or leave them out of --qi")
+        shown = "; ".join(f"{c!r} ({numbers[c]}): {n} row(s), for example {e!r}" for c, (n, e) in bad.items())
+        raise InputError(f"column(s) that must hold numbers hold values that are not numbers after their first "
+                         f"rows: {shown}; clean the column(s), or leave them out of the options that name them")
     widened = {c: _widened(guessed[c], {kinds[c] for kinds, _ in found}) for c in guessed.index}
     return {c: t for c, t in widened.items() if t is not None}
 
 
-def read_retyped(path, qi, blocksize=CSV_BLOCKSIZE, csv=None):
+def read_retyped(path, numbers, blocksize=CSV_BLOCKSIZE, csv=None):
     """``(frame, dtypes)``: a CSV input read again with its columns' types from all their rows
-    (:func:`csv_types`), after a first pass raised :class:`CSVTypeChange`; the change is logged."""
-    dtypes = csv_types(path, qi, blocksize, csv)
+    (:func:`csv_types`; ``numbers``: the columns that must hold numbers, and their roles), after a
+    first pass raised :class:`CSVTypeChange`; the change is logged."""
+    dtypes = csv_types(path, numbers, blocksize, csv)
     if not dtypes:  # a Parquet input (or a CSV one Dask's guess holds)
         return read_input(path, blocksize, csv=csv), dtypes
     log.warning("input %s: column(s) %s change type part-way through; read again as %s", path,

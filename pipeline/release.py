@@ -1384,7 +1384,9 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
             dtypes = None
         except CSVTypeChange:  # in the statistics pass, the first over every row
             with timings.stage("csv types"):
-                ddf, dtypes = io.read_retyped(input_path, columns[0], csv=csv)
+                numbers = {**dict.fromkeys(columns[0], "quasi-identifier"),
+                           **({options.weights: "weights"} if options.weights else {})}
+                ddf, dtypes = io.read_retyped(input_path, numbers, csv=csv)
             timings.seconds["csv types"] = round(time.perf_counter() - started, 4)  # the failed pass's time too
             released, report = build_release(ddf, options, timings, identifier_key, columns, keep)
             report["input_types_widened"] = dtypes

@@ -71,8 +71,16 @@ def _late_text_csv(tmp_path, column, rows=(15_000, 17_500)):
 
 def test_a_qi_with_text_after_its_first_rows_names_column_and_count(tmp_path):
     err = _fails(tmp_path, _late_text_csv(tmp_path, "b"), "--k", "3", "--qi", "a,b")
-    assert "'b': 2 row(s), for example 'n.a.'" in err and "not numbers" in err
+    assert "'b' (quasi-identifier): 2 row(s), for example 'n.a.'" in err and "not numbers" in err
     assert "Mismatched" not in err  # Dask's table is not shown
+
+
+def test_survey_weights_with_text_after_their_first_rows_name_column_and_count(tmp_path):
+    df = pd.DataFrame({"a": np.arange(20_000.0), "b": np.arange(20_000.0) % 7, "w": np.ones(20_000)})
+    df["w"] = df["w"].astype(object)
+    df.loc[18_000, "w"] = "heavy"
+    err = _fails(tmp_path, _csv(tmp_path, df), "--k", "3", "--qi", "a,b", "--weights", "w")
+    assert "'w' (weights): 1 row(s), for example 'heavy'" in err
 
 
 def test_a_csv_in_another_dialect_names_the_flag_that_reads_it(tmp_path, small):
