@@ -135,11 +135,15 @@ class LogProgress(_Watching):
     of the pipeline runs, once it has run that long (nothing for a shorter stage)."""
 
     def __init__(self, client=None, interval=None):
-        super().__init__(client, LOG_INTERVAL if interval is None else interval)
+        self.every = LOG_INTERVAL if interval is None else interval
+        super().__init__(client, self.every / 4)  # looks four times an interval: a record within 1.25 of them
+        self.last = (None, 0.0)  # the stage and its elapsed seconds of the last record
 
     def _tick(self, stage, elapsed):
-        if elapsed < self.interval:
+        last_stage, last = self.last
+        if elapsed - (last if last_stage == stage and last <= elapsed else 0.0) < self.every:
             return
+        self.last = (stage, elapsed)
         counts = task_counts(self.client)
         fields = {"event": "progress", "stage": stage, "seconds": round(elapsed, 1)}
         text = ""

@@ -92,13 +92,13 @@ def test_a_long_stage_logs_its_progress_and_a_short_one_does_not():
 
 def test_the_json_log_of_a_job_on_a_cluster_has_progress_records(tmp_path, monkeypatch, capsys):
     """``--log-format json`` (a scheduler's log): progress records with the cluster's task counts
-    while a stage runs (every 30 s by default; here every 0.2 s)."""
+    while a stage runs (every 30 s by default; here every 0.05 s)."""
     import json
 
     from microagg.jobs import cli, logs, progress
     from synthetic import QI, extract
 
-    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.2)
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.05)
     source = tmp_path / "in.parquet"
     extract(100_000, seed=2).to_parquet(source, index=False)
     try:
