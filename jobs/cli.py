@@ -91,7 +91,7 @@ def _add_anonymize(sub):
     add_risk_arguments(p, "evaluation: ", RELEASE_DLD_RECORDS)
     p.add_argument("--rows-per-file", type=int, default=None,
                    help="rows per output Parquet file (default 250,000: a file is one task of the write, and "
-                        "its memory grows with it)")
+                        "its memory grows with it); a value that would write more than 100,000 files is refused")
     p.add_argument("--refine", default="none", metavar="NAME",
                    help="refinement applied to every block after the method (see `microagg methods`): none "
                         "(default), local (local search to a local optimum), ils (iterated local search), "

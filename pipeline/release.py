@@ -879,6 +879,19 @@ def _replace_qis(original, released, qi, identifiers, key=None, where=None):
     return out
 
 
+MAX_OUTPUT_FILES = 100_000
+"""Most Parquet files one release may have (a typo in ``--rows-per-file`` would flood the filesystem)."""
+
+
+def check_file_count(n_rows, rows_per_file):
+    """Refuse a ``rows_per_file`` that would cut the release into more than :data:`MAX_OUTPUT_FILES`."""
+    files = -(-n_rows // rows_per_file)
+    if files > MAX_OUTPUT_FILES:
+        raise InputError(f"--rows-per-file {rows_per_file} would cut the {n_rows:,} rows into {files:,} files, more "
+                         f"than {MAX_OUTPUT_FILES:,}; give at least {-(-n_rows // MAX_OUTPUT_FILES):,} rows per file "
+                         f"(default {ReleaseOptions.rows_per_file:,})")
+
+
 def file_divisions(n_rows, rows_per_file):
     """Row-id boundaries of the output files: fixed ranges, whatever the input partitioning."""
     starts = list(range(0, n_rows, rows_per_file))
@@ -1125,6 +1138,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         # Mic1D-k's k counts values (each block's rows x columns), every other method's rows
         width = min(len(b) for b in options.attribute_blocks or [qi]) if mic1d.is_mic1d(options.method) else 1
         check_k(options.k, n_rows * width)
+        check_file_count(n_rows, options.rows_per_file)
         strata = (plan_strata(options.strata, evidence, qi, mean, std, -(-options.k // width), options.small_strata)
                   if options.strata else None)
         source, lengths = _without_empty_partitions(source, lengths)

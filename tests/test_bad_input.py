@@ -105,6 +105,23 @@ def test_a_csv_in_another_dialect_names_the_flag_that_reads_it(tmp_path, small):
         assert message in _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,b", flag, value)
 
 
+def test_rows_per_file_that_would_flood_the_filesystem(tmp_path, monkeypatch):
+    """A typo in --rows-per-file (25 for 250000) would write a file per 25 rows: refused after the
+    statistics pass, before any file, with the least value that fits."""
+    from microagg.pipeline import release
+
+    monkeypatch.setattr(release, "MAX_OUTPUT_FILES", 100)
+    with pytest.raises(microagg.InputError, match=r"--rows-per-file 10 would cut the 2,000 rows into 200 files, "
+                                                  r"more than 100; give at least 20 rows per file"):
+        release.check_file_count(2_000, 10)
+    release.check_file_count(2_000, 20)
+    monkeypatch.undo()
+    df = pd.DataFrame({"a": np.arange(100_001.0), "b": np.arange(100_001.0) % 7})
+    err = _fails(tmp_path, _csv(tmp_path, df), "--k", "3", "--qi", "a,b", "--rows-per-file", "1")
+    assert "--rows-per-file 1 would cut the 100,001 rows into 100,001 files, more than 100,000" in err
+    assert "give at least 2 rows per file" in err
+
+
 def test_unknown_qi_column(tmp_path, small):
     err = _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,nope")
     assert "--qi" in err and "'nope'" in err
