@@ -309,6 +309,8 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
             ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False,
                                   **({"parquet_file_extension": None} if _unnamed_parquet(urlpath) else {}))
     except (OSError, ValueError) as exc:
+        if fmt == "parquet" and "duplicate field" in str(exc):
+            _refuse_duplicate_fields(urlpath)
         hint = (" (give its encoding: --csv-encoding, [input] encoding in a job file)"
                 if isinstance(exc, UnicodeDecodeError) else "")
         raise InputError(f"cannot read {path!r} as {fmt.upper()}: {exc}{hint}") from exc
@@ -349,6 +351,17 @@ def first_pass():
         if "Mismatched dtypes" in str(exc):
             raise CSVTypeChange(f"a CSV column changes type part-way through the input: {exc}") from exc
         raise
+
+
+def _refuse_duplicate_fields(urlpath):
+    """Name the column a Parquet file names twice (Arrow allows it; no reader can tell the two apart)."""
+    names, footers = _footers(urlpath)
+    for name, footer in zip(names, footers):
+        seen = Counter(footer.schema.to_arrow_schema().names)
+        twice = [column for column, count in seen.items() if count > 1]
+        if twice:
+            raise InputError(f"the Parquet file {name} names column(s) {', '.join(map(repr, twice))} more than once; "
+                             f"rewrite it with one name per column")
 
 
 def _check_separator(name, header, separator):

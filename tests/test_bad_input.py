@@ -194,6 +194,19 @@ def test_a_csv_header_naming_a_column_twice(tmp_path):
     assert "'income' is named 2 times" in err and "in.csv" in err
 
 
+def test_a_parquet_file_naming_a_column_twice(tmp_path):
+    """Arrow writes a schema with two fields of one name; Dask's read failed with "Can't unify schema
+    with duplicate field names" under a line about its pandas backend: the file and the column now."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table([np.arange(20.0), np.arange(20.0) % 7, np.arange(20.0)], names=["income", "age", "income"]),
+                   path)
+    err = _fails(tmp_path, path, "--k", "3", "--qi", "income,age")
+    assert f"the Parquet file {path} names column(s) 'income' more than once" in err
+
+
 def test_csv_files_lacking_a_column(tmp_path, small):
     folder = tmp_path / "extract"
     folder.mkdir()
