@@ -215,8 +215,8 @@ def column_statistics(original_parts, masked_parts, qi):
     """One pass over both files' partitions: ``(lengths of the original's, of the masked's, mean, std,
     minimum, maximum)``, after the row-count and finiteness checks; the minimum and maximum of each QI
     over both files are the edges of the report's histograms."""
-    found = io.compute_reading(*[delayed(_pass, pure=True)(p, qi, "original") for p in original_parts],
-                                 *[delayed(_pass, pure=True)(p, qi, "masked") for p in masked_parts])
+    found = dask.compute(*[delayed(_pass, pure=True)(p, qi, "original") for p in original_parts],
+                         *[delayed(_pass, pure=True)(p, qi, "masked") for p in masked_parts])
     first, second = found[:len(original_parts)], found[len(original_parts):]
     lengths_o = [f[0] for f in first]
     lengths_m = [f[0] for f in second]
@@ -789,7 +789,7 @@ def prepare(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCEN
     timings = timings or Timings()
     with timings.stage("validate"):
         qi, scenarios, shared = plan(original, masked, qi, k, known, id_percent, changed)
-    with timings.stage("statistics"), io.first_pass():
+    with timings.stage("statistics"), io.first_pass():  # a CSV column changing type: CSVTypeChange
         # both files read once and kept until aligned: every pass sees the same partitions (a local
         # scheduler reads them here, a cluster in the statistics' compute)
         original_parts = list(persisted(*original[qi + shared].to_delayed()))

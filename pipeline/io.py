@@ -107,13 +107,6 @@ def _data_files(urlpath):
     return fs, named or found
 
 
-def _unnamed_parquet(urlpath):
-    """Whether a Parquet input's files lack a Parquet suffix (Hive's ``000000_0``): Dask must then be
-    told to read every file, which it otherwise filters by suffix."""
-    fs, names = _data_files(urlpath)
-    return not any(f.lower().endswith(_PARQUET_SUFFIXES) for f in names)
-
-
 def input_bytes(path):
     """Bytes the input takes where it is stored (files or objects), without reading it."""
     fmt, urlpath = resolve_input(path)
@@ -121,14 +114,13 @@ def input_bytes(path):
     return sum(fs.size(f) or 0 for f in names)
 
 
-def _footers(urlpath):
-    """``(names, Parquet metadata: schema, row groups)`` of every data file of ``urlpath``, the
-    footers read in parallel (a remote store answers each in tens of milliseconds)."""
+def _footers(fs, names):
+    """``(names, Parquet metadata: schema, row groups)`` of the data files ``names`` (of
+    :func:`_data_files`), the footers read in parallel (a remote store answers each in tens of
+    milliseconds)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow.parquet as pq
-
-    fs, names = _data_files(urlpath)
 
     def footer(name):
         with fs.open(name, "rb") as fh:
@@ -300,17 +292,20 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
     differ in columns, or in types no one type holds, are refused before anything is computed."""
     fmt, urlpath = resolve_input(path)
     csv = csv or {}
+    files = _data_files(urlpath) if fmt == "parquet" else None
     try:
         if fmt == "csv":
             ddf = dd.read_csv(urlpath, blocksize=blocksize, dtype=dtypes, **csv)
         else:
             # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
             # column like any other, released unchanged, not an index the write would drop
+            # files without a Parquet suffix (Hive's 000000_0): Dask, which filters by suffix, must read them all
+            unnamed = not any(f.lower().endswith(_PARQUET_SUFFIXES) for f in files[1])
             ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False,
-                                  **({"parquet_file_extension": None} if _unnamed_parquet(urlpath) else {}))
+                                  **({"parquet_file_extension": None} if unnamed else {}))
     except (OSError, ValueError) as exc:
         if fmt == "parquet" and "duplicate field" in str(exc):
-            _refuse_duplicate_fields(urlpath)
+            _refuse_duplicate_fields(*files)
         hint = (" (give its encoding: --csv-encoding, [input] encoding in a job file)"
                 if isinstance(exc, UnicodeDecodeError) else "")
         raise InputError(f"cannot read {path!r} as {fmt.upper()}: {exc}{hint}") from exc
@@ -322,7 +317,7 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
             ddf = ddf.map_partitions(_in_order, list(ddf.columns), meta=ddf._meta)
         return _coalesced(ddf, sizes, blocksize), None
     try:
-        names, footers = _footers(urlpath)
+        names, footers = _footers(*files)
     except Exception:  # unreadable footers fail the read itself, with its own message
         return ddf, None
     _warn_of_large_row_groups(names, footers)
@@ -341,8 +336,6 @@ def first_pass():
     raises :class:`CSVTypeChange` (the caller reads the input again with :func:`read_retyped`)."""
     try:
         yield
-    except CSVTypeChange:
-        raise
     except UnicodeDecodeError as exc:  # past the first block, which the read itself decoded
         found = f" ({exc})" if str(exc) else ""  # (the message is lost on its way back from a worker)
         raise InputError(f"the CSV input holds bytes that are not text in its encoding{found}; give its "
@@ -353,9 +346,9 @@ def first_pass():
         raise
 
 
-def _refuse_duplicate_fields(urlpath):
+def _refuse_duplicate_fields(fs, files):
     """Name the column a Parquet file names twice (Arrow allows it; no reader can tell the two apart)."""
-    names, footers = _footers(urlpath)
+    names, footers = _footers(fs, files)
     for name, footer in zip(names, footers):
         seen = Counter(footer.schema.to_arrow_schema().names)
         twice = [column for column, count in seen.items() if count > 1]

@@ -943,6 +943,23 @@ def many_files_extract(rows, root, files):
     return _cached(Path(root) / f"extract-{rows}-{files}-files", build)
 
 
+def _alternated(args, sources, release, workers, threads, digest=False):
+    """``microagg anonymize`` on each of ``sources`` (name -> input) in turn, ``--runs`` times:
+    ``{name: [(seconds, report), ...]}``, each run printed."""
+    results = {name: [] for name in sources}
+    for run in range(args.runs):
+        for name, source in sources.items():
+            seconds, report = _anonymize(args, source, release, workers, threads, digest=digest)
+            print(f"  run {run + 1} {name}: {seconds:.2f} s", flush=True)
+            results[name].append((seconds, report))
+    return results
+
+
+def _stages(report):
+    """``statistics / blocks / write`` seconds of a report."""
+    return " / ".join(f"{report['timings'].get(s, 0):.1f}" for s in ("statistics", "blocks", "write"))
+
+
 def files(args):
     """The extract's files against the same rows in ``--files`` small files (module docstring)."""
     from microagg.jobs.cluster import local_shape
@@ -952,19 +969,14 @@ def files(args):
     workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
     print(f"{args.rows:,} rows x 13 QIs, k={args.k}; {workers} worker(s) x {threads} thread(s); "
           f"{len(list(sources['extract'].glob('*.parquet')))} file(s) against {args.files:,}\n")
-    results = {name: [] for name in sources}
-    for run in range(args.runs):
-        for name, source in sources.items():
-            seconds, report = _anonymize(args, source, root / "release-files", workers, threads, digest=True)
-            print(f"  run {run + 1} {name}: {seconds:.2f} s", flush=True)
-            results[name].append((seconds, report))
+    results = _alternated(args, sources, root / "release-files", workers, threads, digest=True)
     base = min(s for s, _ in results["extract"])
     print("\n| input | files | runs s | best s | vs extract | statistics / blocks / write s (best run) | IL % "
           "| same release |")
     print("| --- | ---: | --- | ---: | ---: | --- | ---: | --- |")
     for name, runs in results.items():
         best, report = min(runs, key=lambda r: r[0])
-        stages = " / ".join(f"{report['timings'].get(s, 0):.1f}" for s in ("statistics", "blocks", "write"))
+        stages = _stages(report)
         same = report["release_digest"] == results["extract"][0][1]["release_digest"]
         count = len(list(sources[name].glob("*.parquet")))
         print(f"| {name} | {count:,} | {', '.join(f'{s:.2f}' for s, _ in runs)} | {best:.2f} | {best / base:.2f}x "
@@ -997,19 +1009,14 @@ def csv_types(args):
     sources = csv_extracts(args.rows, root)
     workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
     print(f"{args.rows:,} rows x 13 QIs as one CSV file, k={args.k}; {workers} worker(s) x {threads} thread(s)\n")
-    results = {name: [] for name in sources}
-    for run in range(args.runs):
-        for name, source in sources.items():
-            seconds, report = _anonymize(args, source, root / "release-csv", workers, threads)
-            print(f"  run {run + 1} {name}: {seconds:.2f} s", flush=True)
-            results[name].append((seconds, report))
+    results = _alternated(args, sources, root / "release-csv", workers, threads)
     base = min(s for s, _ in results[next(iter(sources))])
     print("\n| input | runs s | best s | vs first | statistics / blocks / write s (best run) | csv types s | "
           "types widened | IL % |")
     print("| --- | --- | ---: | ---: | --- | ---: | --- | ---: |")
     for name, runs in results.items():
         best, report = min(runs, key=lambda r: r[0])
-        stages = " / ".join(f"{report['timings'].get(s, 0):.1f}" for s in ("statistics", "blocks", "write"))
+        stages = _stages(report)
         widened = ", ".join(f"{c}: {t}" for c, t in (report.get("input_types_widened") or {}).items()) or "none"
         print(f"| {name} | {', '.join(f'{s:.2f}' for s, _ in runs)} | {best:.2f} | {best / base:.2f}x | {stages} "
               f"| {report['timings'].get('csv types', 0):.1f} | {widened} | {report['information_loss']:.4f} |")
