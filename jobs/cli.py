@@ -302,11 +302,12 @@ def main(argv=None):
         parser.print_help()
         return 2
     from .cluster import use_system_allocator
+    from ..pipeline import interrupts
     from ..pipeline.errors import MicroaggError
 
     use_system_allocator()
 
-    previous = _on_sigterm()
+    previous = _on_signals()
     try:
         return logs.finished(args, COMMANDS[args.command](args))
     except MicroaggError as exc:
@@ -336,8 +337,9 @@ def main(argv=None):
         return logs.failed(args, exc, EXIT_INTERNAL, f"microagg: internal error ({type(exc).__name__}): {exc}. "
                                                      f"Re-run with --debug for the traceback.")
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        interrupts.clear()
 
 
 def _unseen_by_workers(exc):
@@ -380,17 +382,36 @@ def console():
     os._exit(code)
 
 
-def _terminate(signum, frame):
-    raise Terminated()
+def _stop(exc_type):
+    """A signal handler raising ``exc_type`` in the main thread, and recording it: Python drops an
+    exception a handler raises while the main thread runs a finalizer, and the pipeline then raises
+    it again at its next stage boundary or commit (pipeline/interrupts.py)."""
+    from ..pipeline import interrupts
+
+    def handler(signum, frame):
+        interrupts.request(exc_type)
+        raise exc_type()
+
+    return handler
 
 
-def _on_sigterm():
-    """Turn SIGTERM into :class:`Terminated` in the main thread (schedulers stop a job with SIGTERM
-    before they kill it); returns the previous handler, or None where no handler can be set."""
+def _on_signals():
+    """Turn SIGTERM into :class:`Terminated` and SIGINT into ``KeyboardInterrupt`` in the main thread,
+    both recorded (schedulers stop a job with SIGTERM before they kill it; SIGINT is Ctrl-C, or the
+    worker watch of jobs/cluster.py). SIGINT keeps an ignoring handler (a job started in the background
+    of a shell without job control). Returns the previous handlers, to restore; none where no handler
+    can be set (the CLI called from a library's worker thread)."""
+    from ..pipeline import interrupts
+
+    interrupts.clear()
+    previous = {}
     try:
-        return signal.signal(signal.SIGTERM, _terminate)
-    except ValueError:  # not the main thread (the CLI called from a library's worker thread)
-        return None
+        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _stop(Terminated))
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            previous[signal.SIGINT] = signal.signal(signal.SIGINT, _stop(KeyboardInterrupt))
+    except ValueError:  # not the main thread
+        pass
+    return previous
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -55,9 +55,13 @@ def add_parser(sub):
 @contextmanager
 def _stage(name):
     """A stage of the job, logged (and in JSON logs: event stage, stage, status, seconds)."""
+    from ..pipeline import interrupts
+
     log.info("job stage %s ...", name, extra={"fields": {"event": "stage", "stage": name, "status": "started"}})
     start = time.perf_counter()
+    interrupts.check()  # a signal whose exception Python dropped (pipeline/interrupts.py)
     yield
+    interrupts.check()
     seconds = time.perf_counter() - start
     log.info("job stage %s done in %.2f s", name, seconds,
              extra={"fields": {"event": "stage", "stage": name, "status": "done", "seconds": round(seconds, 4)}})

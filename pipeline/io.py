@@ -16,6 +16,7 @@ import dask.dataframe as dd
 import fsspec
 import numpy as np
 
+from . import interrupts
 from .errors import CSVTypeChange, InputError, OutputBusyError, ReleaseGateError
 
 log = logging.getLogger(__name__)
@@ -691,6 +692,7 @@ def write_atomically(path, data):
 
 def commit_output(tmp, output):
     """Mark ``tmp`` complete and move it to ``output``, replacing a previous release."""
+    interrupts.check()  # not once a signal asked the job to stop, even if its exception was dropped
     output = release_path(output)
     _Lease.end(tmp)
     try:

@@ -47,7 +47,7 @@ from .. import kernels
 from ..kernels import groups
 from ..kernels import histogram
 from ..kernels import missing as missing_kernels
-from . import blocking, graph, io, metrics, mic1d, sequence, stats, stitch
+from . import blocking, graph, interrupts, io, metrics, mic1d, sequence, stats, stitch
 from .sequence import check_sequence
 from .strata import check_strata, partition_counts, plan_strata
 from .api import released_table, where_mask
@@ -118,7 +118,9 @@ class Timings:
         start = time.perf_counter()
         log.info("stage %s ...", name)
         try:
+            interrupts.check()  # a signal whose exception Python dropped (pipeline/interrupts.py)
             yield
+            interrupts.check()
         except BaseException as exc:
             log.info("stage %s %s after %.2f s", name,
                      "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed", time.perf_counter() - start)

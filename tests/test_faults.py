@@ -247,6 +247,58 @@ def test_a_job_interrupted_in_the_middle_exits_with_its_code_and_leaves_nothing(
     assert not out.exists() and not temporaries(out)
 
 
+class _SignalledInFinalizer:
+    """Collected at once: its ``__del__`` sends ``signum`` to this process and runs the handler inside
+    itself, so Python drops the handler's exception ("Exception ignored in ..."): what happened to a
+    job's SIGTERM in CI, arriving while a Dask future's finalizer ran."""
+
+    def __init__(self, signum):
+        self.signum = signum
+
+    def __del__(self):
+        os.kill(os.getpid(), self.signum)
+        for _ in range(10_000):  # the handler runs between two of these bytecodes
+            pass
+
+
+@pytest.mark.parametrize("signum, code, dropped, sentence", [
+    (signal.SIGTERM, 143, "Terminated", "terminated (SIGTERM); nothing was written"),
+    (signal.SIGINT, 130, "KeyboardInterrupt", "interrupted; nothing was written"),
+])
+def test_a_signal_whose_exception_python_drops_still_stops_the_job(tmp_path, monkeypatch, capsys, signum, code,
+                                                                  dropped, sentence):
+    from microagg.jobs import cli
+    from microagg.pipeline import release
+
+    out = tmp_path / "release"
+    release.run("example:census", out, release.ReleaseOptions(k=3))
+    previous = all_files(out)
+    lost = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: lost.append(type(u.exc_value).__name__))
+    statistics = release.column_statistics
+
+    def signalled(*args, **kwargs):  # in the statistics stage, the signal's exception is dropped
+        result = statistics(*args, **kwargs)
+        _SignalledInFinalizer(signum)
+        return result
+
+    monkeypatch.setattr(release, "column_statistics", signalled)
+    ignoring = signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal (see Job)
+    try:
+        handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        got = cli.main(["anonymize", "example:census", str(out), "--k", "5", "--scheduler", "synchronous"])
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # restored
+    finally:
+        signal.signal(signal.SIGINT, ignoring)
+    assert got == code
+    assert lost == [dropped]  # Python did drop it: the job stopped on the record of the request
+    assert sentence in capsys.readouterr().err
+    assert all_files(out) == previous and not temporaries(out)  # the previous release, byte for byte
+    # the request is forgotten with the job: the next one in this process runs
+    monkeypatch.setattr(release, "column_statistics", statistics)
+    assert release.run("example:census", tmp_path / "after", release.ReleaseOptions(k=5))["rows"] == 1080
+
+
 # --- which temporary directories are stale ---------------------------------------------------------
 
 linux_proc = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs Linux's /proc")
