@@ -266,8 +266,8 @@ def _watching_workers(client, scheduler, timeout):
     again after ``timeout`` seconds fails the job with :class:`ClusterError` (Dask would wait for
     ever: Slurm worker jobs past their time limit, a cluster scaled to zero under a running job). A
     thread looks every :data:`WATCH_INTERVAL` seconds and interrupts the main thread (SIGINT) once;
-    the job then unwinds as for Ctrl-C and the interruption is reported as the cluster's failure.
-    Only in the main thread (a library caller's thread is left alone)."""
+    the job then unwinds as for Ctrl-C and the interruption is reported as the cluster's failure
+    (also where SIGINT is ignored). Only in the main thread (a library caller's thread is left alone)."""
     import signal
     import threading
     import time
@@ -276,6 +276,16 @@ def _watching_workers(client, scheduler, timeout):
         yield
         return
     stop, failure, ending = threading.Event(), [], threading.Lock()
+    ignoring = None
+    if not callable(signal.getsignal(signal.SIGINT)):
+        # SIGINT ignored: a job started with `&` from a script (a cron wrapper, an sbatch script)
+        # inherits that, and the watch's SIGINT would be lost (the job waited for ever). For the
+        # watch's time, a handler that raises for the watch's SIGINT only: Ctrl-C stays ignored.
+        def watch_only(signum, frame):
+            if failure:
+                raise KeyboardInterrupt
+
+        ignoring = signal.signal(signal.SIGINT, watch_only)
 
     def watch():
         since = None
@@ -308,6 +318,8 @@ def _watching_workers(client, scheduler, timeout):
         with ending:
             stop.set()
         watcher.join()
+        if ignoring is not None:
+            signal.signal(signal.SIGINT, ignoring)
 
 
 def await_workers(client, scheduler, timeout):

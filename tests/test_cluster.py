@@ -44,6 +44,7 @@ def test_a_scheduler_without_workers_is_waited_for_then_a_cluster_failure(tmp_pa
     for one up to --worker-timeout, then exits 4 naming the wait, and writes nothing (it used to wait
     for ever). A worker that joins during the wait runs the job. A job whose every worker leaves
     (Slurm worker jobs past their time limit) exits 4 once none has come back within the timeout."""
+    import signal
     import subprocess
     import sys
     import time
@@ -78,23 +79,29 @@ def test_a_scheduler_without_workers_is_waited_for_then_a_cluster_failure(tmp_pa
         try:
             _, err = job.communicate(timeout=120)
             assert job.returncode == 0, err
-            # every worker lost during a job and none back within the timeout: exit 4, nothing written
+            # every worker lost during a job and none back within the timeout: exit 4, nothing written;
+            # also for a job started with SIGINT ignored (`&` in a script: it used to wait for ever)
             large = tmp_path / "large.parquet"
             extract(300_000, seed=6).to_parquet(large, index=False)
-            job = subprocess.Popen([str(Path(sys.executable).with_name("microagg")), "--log-format", "json",
-                                    "anonymize", str(large), str(tmp_path / "lost"), *map(str, args), "--scheduler",
-                                    address, "--worker-timeout", "3"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for line in job.stderr:
-                if '"stage":"blocks","status":"started"' in line:
-                    break
-            stop_processes([worker])
-            gone = time.monotonic()
-            _, err = job.communicate(timeout=120)
-            assert job.returncode == 4, err
-            assert "lost every worker during the job and has had none for 3 s" in err
-            assert time.monotonic() - gone < 60
-            assert not (tmp_path / "lost").exists() and not [p for p in tmp_path.iterdir() if ".microagg-" in p.name]
+            for sigint in (signal.SIG_DFL, signal.SIG_IGN):  # SIG_DFL: Python's KeyboardInterrupt handler
+                if worker.poll() is not None:
+                    worker = subprocess.Popen(worker.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                job = subprocess.Popen([str(Path(sys.executable).with_name("microagg")), "--log-format", "json",
+                                        "anonymize", str(large), str(tmp_path / "lost"), *map(str, args),
+                                        "--scheduler", address, "--worker-timeout", "3"],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
+                for line in job.stderr:
+                    if '"stage":"blocks","status":"started"' in line:
+                        break
+                stop_processes([worker])
+                gone = time.monotonic()
+                _, err = job.communicate(timeout=120)
+                assert job.returncode == 4, (sigint, err)
+                assert "lost every worker during the job and has had none for 3 s" in err
+                assert time.monotonic() - gone < 60
+                assert not (tmp_path / "lost").exists()
+                assert not [p for p in tmp_path.iterdir() if ".microagg-" in p.name]
         finally:
             stop_processes([worker])
     assert_k_anonymous(pd.read_parquet(tmp_path / "late"), QI, 5)
