@@ -11,6 +11,7 @@ import time
 import uuid
 from collections import Counter
 from importlib.resources import files
+from typing import NamedTuple
 
 import dask.dataframe as dd
 import fsspec
@@ -180,9 +181,26 @@ def csv_dialect(separator=None, decimal=None, encoding=None):
 _OTHER_SEPARATORS = (";", "\t", "|")
 
 
-def _csv_headers(urlpath, dialect):
-    """``(names, column names, sizes in bytes)`` of every CSV file of ``urlpath`` (their header lines,
-    read in parallel), in ``dialect`` (:func:`csv_dialect`)."""
+class _CSVFiles(NamedTuple):
+    """The files of a CSV input (:func:`_csv_files`), in name order, each with its header, its size in
+    bytes and whether it holds a row."""
+
+    names: list
+    headers: list
+    sizes: list
+    rows: list
+
+    def data(self):
+        """The files that hold rows, as a :class:`_CSVFiles`: what Dask reads. A file with a header
+        and no row (a warehouse's empty partition) adds nothing, and Dask would guess every column's
+        type from it as text; a file of no bytes has not even a header."""
+        kept = [i for i, rows in enumerate(self.rows) if rows]
+        return _CSVFiles(*([column[i] for i in kept] for column in self))
+
+
+def _csv_files(urlpath, dialect):
+    """The files of a CSV input (:class:`_CSVFiles`; their headers and first rows read in parallel), in
+    ``dialect`` (:func:`csv_dialect`)."""
     import csv
     from concurrent.futures import ThreadPoolExecutor
 
@@ -194,12 +212,45 @@ def _csv_headers(urlpath, dialect):
     def header(name):
         with fsspec.open(name, "rt", encoding=encoding, compression="infer", newline="",
                          **fs.storage_options) as fh:
-            return next(csv.reader(fh, delimiter=dialect.get("sep", ",")), [])
+            reader = csv.reader(fh, delimiter=dialect.get("sep", ","))
+            first = next(reader, [])
+            return first, any(row for row in reader)  # stops at the first row that is not blank
 
     paths = sorted(paths)
     names = [fs.unstrip_protocol(p) if "://" in urlpath else p for p in paths]
     with ThreadPoolExecutor(min(16, len(names))) as pool:
-        return names, list(pool.map(header, names)), [fs.size(p) or 0 for p in paths]
+        found = list(pool.map(header, names))
+    return _CSVFiles(names, [h for h, _ in found], [fs.size(p) or 0 for p in paths], [r for _, r in found])
+
+
+def _csv_data_files(path, urlpath, dialect):
+    """The files of a CSV input that hold rows (:meth:`_CSVFiles.data`), once every file with a
+    header has been checked (its separator, the same columns as the others). Raises
+    :class:`InputError` if no file holds a row, or if a file cannot be read as text."""
+    try:
+        files = _csv_files(urlpath, dialect)
+    except (OSError, ValueError) as exc:
+        raise _unreadable(path, "csv", exc) from exc
+    headed = [i for i, header in enumerate(files.headers) if header]  # a file of no bytes has none
+    if headed:
+        first = headed[0]
+        _check_separator(files.names[first], files.headers[first], dialect.get("sep", ","))
+        same_columns([files.names[i] for i in headed], [files.headers[i] for i in headed])
+    data = files.data()
+    if not data.names:
+        n = len(files.names)
+        what = ("a header and no row" if len(headed) == n else "nothing, not even a header" if not headed
+                else "a header and no row, or nothing")
+        held = "its CSV file holds" if n == 1 else f"its {n} CSV files hold"
+        raise InputError(f"the input {str(path)!r} has no rows: {held} {what}; there is nothing to release")
+    return data
+
+
+def _unreadable(path, fmt, exc):
+    """The :class:`InputError` of an input Dask or fsspec could not read."""
+    hint = (" (give its encoding: --csv-encoding, [input] encoding in a job file)"
+            if isinstance(exc, UnicodeDecodeError) else "")
+    return InputError(f"cannot read {str(path)!r} as {fmt.upper()}: {exc}{hint}")
 
 
 def common_schema(names, schemas):
@@ -293,10 +344,10 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
     differ in columns, or in types no one type holds, are refused before anything is computed."""
     fmt, urlpath = resolve_input(path)
     csv = csv or {}
-    files = _data_files(urlpath) if fmt == "parquet" else None
+    files = _data_files(urlpath) if fmt == "parquet" else _csv_data_files(path, urlpath, csv)
     try:
         if fmt == "csv":
-            ddf = dd.read_csv(urlpath, blocksize=blocksize, dtype=dtypes, **csv)
+            ddf = dd.read_csv(files.names, blocksize=blocksize, dtype=dtypes, **csv)
         else:
             # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
             # column like any other, released unchanged, not an index the write would drop
@@ -307,16 +358,11 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
     except (OSError, ValueError) as exc:
         if fmt == "parquet" and "duplicate field" in str(exc):
             _refuse_duplicate_fields(*files)
-        hint = (" (give its encoding: --csv-encoding, [input] encoding in a job file)"
-                if isinstance(exc, UnicodeDecodeError) else "")
-        raise InputError(f"cannot read {path!r} as {fmt.upper()}: {exc}{hint}") from exc
+        raise _unreadable(path, fmt, exc) from exc
     if fmt == "csv":
-        names, headers, sizes = _csv_headers(urlpath, csv)
-        _check_separator(names[0], headers[0], csv.get("sep", ","))
-        same_columns(names, headers)
-        if any(h != headers[0] for h in headers):  # the same columns in another order: each block in the first's
-            ddf = ddf.map_partitions(_in_order, list(ddf.columns), meta=ddf._meta)
-        return _coalesced(ddf, sizes, blocksize), None
+        if any(h != files.headers[0] for h in files.headers):  # the same columns in another order: each block
+            ddf = ddf.map_partitions(_in_order, list(ddf.columns), meta=ddf._meta)  # in the first's
+        return _coalesced(ddf, files.sizes, blocksize), None
     try:
         names, footers = _footers(*files)
     except Exception:  # unreadable footers fail the read itself, with its own message
@@ -433,14 +479,14 @@ def csv_types(path, numbers=None, blocksize=CSV_BLOCKSIZE, csv=None):
         return None
     csv = csv or {}
     guessed = read_input(path, blocksize, csv=csv).dtypes
-    names, headers, _ = _csv_headers(urlpath, csv)
-    compressed = any(n.lower().endswith((".gz", ".bz2", ".xz", ".zst")) for n in names)
-    _, files = read_bytes(urlpath, delimiter=b"\n", blocksize=None if compressed else blocksize, sample=False,
+    data = _csv_data_files(path, urlpath, csv)
+    compressed = any(n.lower().endswith((".gz", ".bz2", ".xz", ".zst")) for n in data.names)
+    _, files = read_bytes(data.names, delimiter=b"\n", blocksize=None if compressed else blocksize, sample=False,
                           compression="infer")
     read = dask.delayed(_block_kinds, pure=True)
     numbers = dict(numbers or {})
     found = dask.compute(*[read(block, header, i == 0, csv, tuple(numbers))
-                           for blocks, header in zip(files, headers) for i, block in enumerate(blocks)])
+                           for blocks, header in zip(files, data.headers) for i, block in enumerate(blocks)])
     bad = {}
     for _, text in found:
         for column, (count, example) in text.items():

@@ -229,6 +229,49 @@ def test_csv_files_with_their_columns_in_another_order(tmp_path, small):
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "from-two"), pd.read_parquet(tmp_path / "from-one"))
 
 
+def test_csv_files_without_rows_add_nothing(tmp_path, small):
+    """A warehouse's empty partitions: files with a header and no row, or no bytes at all, among the
+    others. The first file one of them: Dask guessed every column's type from its header alone, as
+    text ("quasi-identifier column 'a' is not numeric"). A text value further on (the identifiers of
+    the last file) takes the second read, which skips them too. The release is that of one file."""
+    folder = tmp_path / "extract"
+    folder.mkdir()
+    rows = small.assign(id=small["id"].astype(str).where(small.index < 11, "x11"))
+    rows[:0].to_csv(folder / "part-0.csv", index=False)
+    (folder / "part-1.csv").write_bytes(b"")
+    rows[:6].to_csv(folder / "part-2.csv", index=False)
+    rows[:0][["c", "b", "id", "a"]].to_csv(folder / "part-3.csv", index=False)
+    (folder / "part-4.csv").write_text("id,a,b,c\n\n")
+    rows[6:].to_csv(folder / "part-5.csv", index=False)
+    common = ["--k", "3", "--qi", "a,b", "--scheduler", "synchronous", "--no-html"]
+    proc = microagg_cli("anonymize", folder, tmp_path / "from-files", *common, check=True)
+    assert "change type part-way" in proc.stderr  # the text identifier: the second read ran
+    microagg_cli("anonymize", _csv(tmp_path, rows), tmp_path / "from-one", *common, check=True)
+    released = pd.read_parquet(tmp_path / "from-files")
+    pd.testing.assert_frame_equal(released, pd.read_parquet(tmp_path / "from-one"))
+    assert len(released) == 12 and released["id"].tolist()[-1] == "x11"
+
+
+@pytest.mark.parametrize("files, held", [
+    ({"in.csv": "a,b\n"}, "its CSV file holds a header and no row"),
+    ({"in.csv": ""}, "its CSV file holds nothing, not even a header"),
+    ({"part-0.csv": "a,b\n", "part-1.csv": "", "part-2.csv": "a,b\n\n\n"},
+     "its 3 CSV files hold a header and no row, or nothing"),
+])
+def test_an_input_without_rows(tmp_path, files, held):
+    """An empty nightly extract: exit 2 naming it (it was "column 'a' is not numeric (dtype string)",
+    or pandas' "No columns to parse from file" under a line about its backend)."""
+    folder = tmp_path / "extract"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    source = folder / "in.csv" if len(files) == 1 else folder
+    err = _fails(tmp_path, source, "--k", "3", "--qi", "a,b")
+    assert f"the input {str(source)!r} has no rows: {held}; there is nothing to release" in err
+    proc = microagg_cli("evaluate", source, source, "--qi", "a,b")
+    assert proc.returncode == 2 and "has no rows" in proc.stderr, proc.stderr
+
+
 def test_a_byte_order_mark_in_one_csv_file_is_not_a_column_name(tmp_path):
     folder = tmp_path / "extract"
     folder.mkdir()
