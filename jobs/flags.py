@@ -32,7 +32,8 @@ def add_cluster_arguments(parser, scheduler_note=""):
 def add_csv_arguments(parser, which="the input"):
     """The CSV dialect flags (anonymize, evaluate): they apply to ``which`` when it is CSV."""
     parser.add_argument("--csv-separator", default=None, metavar="CHAR",
-                        help=f"the field separator of {which} when it is CSV (default ','; '\\t' for a tab)")
+                        help=f"the field separator of {which} when it is CSV (default ',', a tab for *.tsv "
+                             f"files; '\\t' for a tab)")
     parser.add_argument("--csv-decimal", default=None, metavar="CHAR",
                         help=f"the decimal mark of {which} when it is CSV (default '.'; ',' for 1,5)")
     parser.add_argument("--csv-encoding", default=None, metavar="NAME",

@@ -27,7 +27,8 @@ EXAMPLES = {
 }
 """Bundled example data, addressed as ``example:NAME`` (the CASC Census reference file)."""
 
-_CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst", ".txt")
+_TSV_SUFFIXES = (".tsv", ".tsv.gz", ".tsv.bz2", ".tsv.xz", ".tsv.zst", ".tab")
+_CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst", ".txt") + _TSV_SUFFIXES
 _PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 
 
@@ -62,8 +63,8 @@ def resolve_input(path):
     if all(n.endswith(_PARQUET_SUFFIXES) for n in names):
         return "parquet", path
     raise InputError(
-        f"cannot tell the format of {path!r}: name CSV files *.csv and Parquet files *.parquet "
-        f"(or give a Parquet dataset directory)"
+        f"cannot tell the format of {path!r}: name CSV files *.csv (tab-separated: *.tsv) and Parquet files "
+        f"*.parquet (or give a Parquet dataset directory)"
     )
 
 
@@ -196,6 +197,34 @@ class _CSVFiles(NamedTuple):
         type from it as text; a file of no bytes has not even a header."""
         kept = [i for i, rows in enumerate(self.rows) if rows]
         return _CSVFiles(*([column[i] for i in kept] for column in self))
+
+    def compression(self, path):
+        """The files' compression (``gzip``, ``bz2``... from their names; None for plain text): Dask
+        reads every file with the first's. Files compressed otherwise (today's plain file beside
+        yesterday's gzipped one) are refused (:class:`InputError`): they were an internal error, "Not a
+        gzipped file"."""
+        from fsspec.utils import infer_compression
+
+        found = {}
+        for name in self.names:
+            found.setdefault(infer_compression(name) or "none", []).append(name)
+        if len(found) > 1:
+            shown = ", ".join(f"{kind}: {len(names)} (e.g. {names[0]})" for kind, names in found.items())
+            raise InputError(f"the CSV files of {str(path)!r} are compressed in different ways ({shown}); "
+                             f"compress them alike, or not at all")
+        return None if "none" in found else next(iter(found))
+
+
+def _tab_for_tsv(urlpath, dialect):
+    """``dialect`` (:func:`csv_dialect`) with a tab for the separator if it names none and every file
+    of the input is named ``*.tsv`` (or ``*.tab``, compressed or not): tab-separated exports (a
+    database's ``COPY``, a spreadsheet's "text (tab delimited)") read without a flag."""
+    if "sep" in dialect:
+        return dialect
+    _, _, paths = fsspec.get_fs_token_paths(urlpath)
+    if paths and all(p.lower().endswith(_TSV_SUFFIXES) for p in paths):
+        return {**dialect, "sep": "\t"}
+    return dialect
 
 
 def _csv_files(urlpath, dialect):
@@ -343,11 +372,12 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
     None for CSV, or if a footer cannot be read): the types :func:`output_schema` keeps. Files that
     differ in columns, or in types no one type holds, are refused before anything is computed."""
     fmt, urlpath = resolve_input(path)
-    csv = csv or {}
+    csv = _tab_for_tsv(urlpath, csv or {}) if fmt == "csv" else {}
     files = _data_files(urlpath) if fmt == "parquet" else _csv_data_files(path, urlpath, csv)
     try:
         if fmt == "csv":
-            ddf = dd.read_csv(files.names, blocksize=blocksize, dtype=dtypes, **csv)
+            compressed = files.compression(path) is not None  # read whole: a compressed file is not split
+            ddf = dd.read_csv(files.names, blocksize=None if compressed else blocksize, dtype=dtypes, **csv)
         else:
             # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
             # column like any other, released unchanged, not an index the write would drop
@@ -477,10 +507,10 @@ def csv_types(path, numbers=None, blocksize=CSV_BLOCKSIZE, csv=None):
     fmt, urlpath = resolve_input(path)
     if fmt != "csv":
         return None
-    csv = csv or {}
+    csv = _tab_for_tsv(urlpath, csv or {})
     guessed = read_input(path, blocksize, csv=csv).dtypes
     data = _csv_data_files(path, urlpath, csv)
-    compressed = any(n.lower().endswith((".gz", ".bz2", ".xz", ".zst")) for n in data.names)
+    compressed = data.compression(path) is not None
     _, files = read_bytes(data.names, delimiter=b"\n", blocksize=None if compressed else blocksize, sample=False,
                           compression="infer")
     read = dask.delayed(_block_kinds, pure=True)

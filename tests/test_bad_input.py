@@ -105,6 +105,41 @@ def test_a_csv_in_another_dialect_names_the_flag_that_reads_it(tmp_path, small):
         assert message in _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,b", flag, value)
 
 
+def test_tab_separated_files_read_without_a_flag(tmp_path, small):
+    """``*.tsv`` files (plain or compressed, one or a directory of them) are tab-separated unless
+    --csv-separator says otherwise: the release is that of the same rows comma-separated (a ``.tsv``
+    used to be "cannot tell the format")."""
+    common = ["--k", "3", "--qi", "a,b", "--scheduler", "synchronous", "--no-html"]
+    microagg_cli("anonymize", _csv(tmp_path, small), tmp_path / "from-csv", *common, check=True)
+    expected = pd.read_parquet(tmp_path / "from-csv")
+    folder = tmp_path / "extract"
+    folder.mkdir()
+    small[:6].to_csv(folder / "part-0.tsv.gz", sep="\t", index=False)
+    small[6:].to_csv(folder / "part-1.tsv.gz", sep="\t", index=False)
+    small.to_csv(tmp_path / "in.tsv", sep="\t", index=False)
+    for source in (tmp_path / "in.tsv", folder):
+        out = tmp_path / f"from-{source.name}"
+        proc = microagg_cli("anonymize", source, out, *common, check=True)
+        assert "Warning" not in proc.stderr  # Dask's about a gzipped file read whole
+        pd.testing.assert_frame_equal(pd.read_parquet(out), expected)
+    small.to_csv(tmp_path / "commas.tsv", index=False)  # misnamed: the flag reads it
+    microagg_cli("anonymize", tmp_path / "commas.tsv", tmp_path / "from-commas", *common, "--csv-separator", ",",
+                 check=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "from-commas"), expected)
+
+
+def test_csv_files_compressed_in_different_ways(tmp_path, small):
+    """Dask reads every file with the first one's compression: a plain file after a gzipped one was
+    an internal error ("Not a gzipped file")."""
+    folder = tmp_path / "extract"
+    folder.mkdir()
+    small[:6].to_csv(folder / "part-0.csv.gz", index=False)
+    small[6:].to_csv(folder / "part-1.csv", index=False)
+    err = _fails(tmp_path, folder, "--k", "3", "--qi", "a,b")
+    assert "are compressed in different ways (gzip: 1 (e.g. " in err and "none: 1 (e.g. " in err
+    assert "part-1.csv)" in err
+
+
 def test_rows_per_file_that_would_flood_the_filesystem(tmp_path, monkeypatch):
     """A typo in --rows-per-file (25 for 250000) would write a file per 25 rows: refused after the
     statistics pass, before any file, with the least value that fits."""
