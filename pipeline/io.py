@@ -2,6 +2,7 @@
 
 import codecs
 import contextlib
+import glob
 import logging
 import os
 import shutil
@@ -49,13 +50,17 @@ def resolve_input(path):
         raise InputError(f"input path {path!r}: {exc} (into the same environment as microagg, and on the "
                          f"workers)") from exc
     if not paths or not all(fs.exists(p) for p in paths):
+        magic = "".join(c for c in "*?[" if c in path)
+        if magic and is_local(path) and os.path.exists(path.removeprefix("file://")):
+            raise InputError(f"input path {path!r} exists, but its name holds {magic!r}, which is read as a glob "
+                             f"(matching nothing): rename it, or link it under a name without")
         raise InputError(f"input path {path!r} does not exist (or the glob matches nothing)")
     if len(paths) == 1 and fs.isdir(paths[0]):
         inside = [p for p in fs.find(paths[0]) if not os.path.basename(p).startswith(("_", "."))]
         if not inside:
             raise InputError(f"input directory {path!r} holds no data files")
         if all(p.lower().endswith(_CSV_SUFFIXES) for p in inside):
-            return "csv", path.rstrip("/") + "/*"
+            return "csv", glob.escape(path.rstrip("/")) + "/*"  # the directory's name is no pattern
         return "parquet", path
     names = [p.lower() for p in paths]
     if all(n.endswith(_CSV_SUFFIXES) for n in names):
@@ -197,6 +202,10 @@ class _CSVFiles(NamedTuple):
         type from it as text; a file of no bytes has not even a header."""
         kept = [i for i, rows in enumerate(self.rows) if rows]
         return _CSVFiles(*([column[i] for i in kept] for column in self))
+
+    def patterns(self):
+        """The files' names for Dask, which reads each as a glob: ``[``, ``*`` and ``?`` escaped."""
+        return [glob.escape(name) for name in self.names]
 
     def compression(self, path):
         """The files' compression (``gzip``, ``bz2``... from their names; None for plain text): Dask
@@ -377,7 +386,7 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
     try:
         if fmt == "csv":
             compressed = files.compression(path) is not None  # read whole: a compressed file is not split
-            ddf = dd.read_csv(files.names, blocksize=None if compressed else blocksize, dtype=dtypes, **csv)
+            ddf = dd.read_csv(files.patterns(), blocksize=None if compressed else blocksize, dtype=dtypes, **csv)
         else:
             # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
             # column like any other, released unchanged, not an index the write would drop
@@ -511,7 +520,7 @@ def csv_types(path, numbers=None, blocksize=CSV_BLOCKSIZE, csv=None):
     guessed = read_input(path, blocksize, csv=csv).dtypes
     data = _csv_data_files(path, urlpath, csv)
     compressed = data.compression(path) is not None
-    _, files = read_bytes(data.names, delimiter=b"\n", blocksize=None if compressed else blocksize, sample=False,
+    _, files = read_bytes(data.patterns(), delimiter=b"\n", blocksize=None if compressed else blocksize, sample=False,
                           compression="infer")
     read = dask.delayed(_block_kinds, pure=True)
     numbers = dict(numbers or {})

@@ -140,6 +140,31 @@ def test_csv_files_compressed_in_different_ways(tmp_path, small):
     assert "part-1.csv)" in err
 
 
+def test_input_names_holding_glob_characters(tmp_path, small):
+    """Files and directories whose names hold ``[`` or ``?`` are read as named (a CSV directory named
+    ``extract[2026]`` was "max_workers must be greater than 0"); a name with ``*``, which fsspec
+    always reads as a glob, is refused saying so (it was "does not exist")."""
+    common = ["--k", "3", "--qi", "a,b", "--scheduler", "synchronous", "--no-html"]
+    microagg_cli("anonymize", _csv(tmp_path, small), tmp_path / "plain", *common, check=True)
+    expected = pd.read_parquet(tmp_path / "plain")
+    folder = tmp_path / "extract[2026]?"
+    folder.mkdir()
+    small[:6].to_csv(folder / "part-[0].csv", index=False)
+    small[6:].to_csv(folder / "part-[1].csv", index=False)
+    small.to_parquet(tmp_path / "in[1].parquet", index=False)
+    for i, source in enumerate((folder, tmp_path / "in[1].parquet")):
+        out = tmp_path / f"release-{i}"
+        microagg_cli("anonymize", source, out, *common, check=True)
+        pd.testing.assert_frame_equal(pd.read_parquet(out), expected)
+    microagg_cli("anonymize", folder / "part-[0].csv", tmp_path / "one-file", *common, check=True)
+    assert len(pd.read_parquet(tmp_path / "one-file")) == 6
+    starred = tmp_path / "a*b"
+    starred.mkdir()
+    small.to_csv(starred / "part-0.csv", index=False)
+    err = _fails(tmp_path, starred, *common[:4])
+    assert "exists, but its name holds '*', which is read as a glob" in err
+
+
 def test_rows_per_file_that_would_flood_the_filesystem(tmp_path, monkeypatch):
     """A typo in --rows-per-file (25 for 250000) would write a file per 25 rows: refused after the
     statistics pass, before any file, with the least value that fits."""
