@@ -14,6 +14,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py cpu --rows 10000000 --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py files --rows 1000000 --files 2000 --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py csv --rows 1000000 --runs 2
+    .venv/bin/python tests/benchmarks/bench_pipeline.py ties --rows 1000000 --methods mdav,auto --runs 2
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -68,6 +69,11 @@ one postcode of text at 90 % of the rows (past the rows Dask guesses the types f
 pass fails, the input is read again with the types of all its rows), ``microagg anonymize`` on each,
 alternated ``--runs`` times: seconds, the stages, the ratio of the second's best to the first's, the
 IL (the same: only the postcode's type differs).
+
+``ties``: the extract, and the same rows with 90 % of the records all zeros (every QI: people with
+no income in tax data), ``microagg anonymize`` with each of ``--methods`` on each, alternated
+``--runs`` times: seconds, the stages, the ratio of the zeros' best to the extract's, the largest
+leaf of the split tree (the zeros' one the sample cannot split) and the IL.
 
 ``small``: ``light`` before and after its block sweeps (bands 0.5 / 0.25 without sweeps, and the
 preset now) on small inputs forced into blocks: the CASC census and EIA files and extracts of 20k
@@ -141,7 +147,16 @@ def _weighted(df, i):
     return df
 
 
-DERIVED = {"holes": _holes, "weighted": _weighted}
+def _zeros(df, i):
+    """90 % of the records with every QI 0 (the records of people with no income in tax data: every
+    amount zero); the others unchanged."""
+    X = df[QI].to_numpy().copy()
+    X[np.arange(len(df)) % 10 != 0] = 0.0
+    df[QI] = X
+    return df
+
+
+DERIVED = {"holes": _holes, "weighted": _weighted, "zeros": _zeros}
 
 
 def derived_extract(rows, root, name):
@@ -943,13 +958,13 @@ def many_files_extract(rows, root, files):
     return _cached(Path(root) / f"extract-{rows}-{files}-files", build)
 
 
-def _alternated(args, sources, release, workers, threads, digest=False):
-    """``microagg anonymize`` on each of ``sources`` (name -> input) in turn, ``--runs`` times:
-    ``{name: [(seconds, report), ...]}``, each run printed."""
+def _alternated(args, sources, release, workers, threads, digest=False, extra=()):
+    """``microagg anonymize`` (with the options ``extra``) on each of ``sources`` (name -> input) in
+    turn, ``--runs`` times: ``{name: [(seconds, report), ...]}``, each run printed."""
     results = {name: [] for name in sources}
     for run in range(args.runs):
         for name, source in sources.items():
-            seconds, report = _anonymize(args, source, release, workers, threads, digest=digest)
+            seconds, report = _anonymize(args, source, release, workers, threads, *extra, digest=digest)
             print(f"  run {run + 1} {name}: {seconds:.2f} s", flush=True)
             results[name].append((seconds, report))
     return results
@@ -1022,10 +1037,31 @@ def csv_types(args):
               f"| {report['timings'].get('csv types', 0):.1f} | {widened} | {report['information_loss']:.4f} |")
 
 
+def ties(args):
+    """The extract against the same rows with 90 % of the records all zeros (module docstring)."""
+    from microagg.jobs.cluster import local_shape
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    sources = {"extract": make_extract(args.rows, root), "90 % zeros": derived_extract(args.rows, root, "zeros")}
+    workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
+    print(f"{args.rows:,} rows x 13 QIs, k={args.k}; {workers} worker(s) x {threads} thread(s)\n")
+    print("| method | input | runs s | best s | vs extract | statistics / blocks / write s (best run) | largest leaf "
+          "| IL % |")
+    print("| --- | --- | --- | ---: | ---: | --- | ---: | ---: |")
+    for method in args.methods.split(","):
+        results = _alternated(args, sources, root / "release-ties", workers, threads, extra=("--method", method))
+        base = min(s for s, _ in results["extract"])
+        for name, runs in results.items():
+            best, report = min(runs, key=lambda r: r[0])
+            print(f"| {method} | {name} | {', '.join(f'{s:.2f}' for s, _ in runs)} | {best:.2f} | {best / base:.2f}x "
+                  f"| {_stages(report)} | {report['block_sizes']['max']:,} | {report['information_loss']:.4f} |",
+                  flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
-                                         "evaluate", "quality", "floors", "small", "cpu", "files", "csv"))
+                                         "evaluate", "quality", "floors", "small", "cpu", "files", "csv", "ties"))
     parser.add_argument("--dld-records", type=int, default=None,
                         help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -1039,7 +1075,7 @@ def main():
     parser.add_argument("--profile", action="store_true",
                         help="blocking mode: also where the default layout's time goes")
     parser.add_argument("--modes", default=",".join(MODES), help="modes mode: which, in order")
-    parser.add_argument("--methods", default="mdav,vmdav,dbm,mhm,auto", help="methods mode: which, in order")
+    parser.add_argument("--methods", default="mdav,vmdav,dbm,mhm,auto", help="methods, ties modes: which, in order")
     parser.add_argument("--rows", type=row_counts, default=[100_000],
                         help="rows, e.g. 1000000 or 1M; sweep: a comma-separated list, e.g. 1M,10M,30M")
     parser.add_argument("--k", type=int, default=5)
@@ -1067,7 +1103,7 @@ def main():
         parser.error("several --rows are for the sweep and floors modes only")
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
      "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality,
-     "floors": floors, "small": small, "cpu": cpu, "files": files, "csv": csv_types}[args.mode](args)
+     "floors": floors, "small": small, "cpu": cpu, "files": files, "csv": csv_types, "ties": ties}[args.mode](args)
 
 
 if __name__ == "__main__":
