@@ -208,23 +208,47 @@ class _TaskSolver:
         self.Z, self.bounds, self.tree, self.tag_offset = Z, bounds, tree, tag_offset
         self.k, self.solver, self.settings = k, solver, settings
         self.labels = np.full(Z.shape[0], -1, dtype=np.int64)
+        self.position = np.arange(Z.shape[0])  # where each row came from (solve reorders a leaf's rows)
         self.missing = bool(np.isnan(Z).any())
         self.next = 0
         self.leaf_rank = 0
         self.gain = 0.0
 
     def solve(self, s, e, tag):
-        """Solve rows ``s:e`` as one block, or as the cells of :func:`pipeline.blocking.cut_block` if
-        they are far more than the tree's blocks (its sample could not split them)."""
+        """Solve rows ``s:e`` as one block; if they are far more than the tree's blocks (its sample
+        could not split them), group their frequent tuples with themselves first, then cut the rest
+        by :func:`pipeline.blocking.cut_plan` and stitch its pieces as the tree's."""
         if not self.tree.largest or e - s <= self.tree.largest:
             self._solve(self.Z[s:e], slice(s, e), tag, self.tree.n_leaves > 1)
             return
-        for cell in blocking.cut_block(self.Z[s:e], self.tree.block_size):
-            rows = s + cell
-            Zc = self.Z[rows]
-            self._solve(Zc, rows, tag, True)
-            if self.missing:
-                self.Z[rows] = Zc
+        local, g = duplicate_groups(self.Z[s:e], self.k)
+        if g:
+            rest = np.flatnonzero(local < 0)
+            if len(rest) < self.k:  # none, or too few for a group of their own: the nearest takes them
+                groups.attach_leftovers(np.ascontiguousarray(self.Z[s:e]), local, g)
+                self.labels[s:e] = local + self.next
+                self.next += g
+                return
+            grouped = np.flatnonzero(local >= 0)
+            self._reorder(s, e, np.concatenate([grouped, rest]))
+            self.labels[s:s + len(grouped)] = local[grouped] + self.next
+            self.next += g
+            s += len(grouped)
+            if e - s <= self.tree.largest:
+                self._solve(self.Z[s:e], slice(s, e), tag, True)
+                return
+        order, steps = blocking.cut_plan(self.Z[s:e], self.tree.block_size)
+        self._reorder(s, e, order)
+        for a, b, direction, threshold in steps:
+            if direction is None:
+                self._solve(self.Z[s + a:s + b], slice(s + a, s + b), tag, True)
+            else:
+                self.stitch(s + a, s + b, direction, threshold)
+
+    def _reorder(self, s, e, order):
+        """Rows ``s:e`` (not labelled yet) put in ``order`` (positions from ``s``)."""
+        self.Z[s:e] = self.Z[s:e][order]
+        self.position[s:e] = self.position[s:e][order]
 
     def _solve(self, Zb, rows, tag, sweep):
         """``sweep``: a block of the blocked solve, not the whole input as one block (the method's own
@@ -295,6 +319,7 @@ def solve_task(Z, leaf, tree, task, k, solver, settings, tag_offset=0):
     s, e, solved = run.visit(int(tree.task_root[task]))
     if not solved:
         run.labels[s:e] = 0  # fewer than k rows in the whole task: the release gate will refuse it
+    order = order[run.position]
     labels = np.empty_like(run.labels)
     labels[order] = run.labels
     labels = compact(labels)

@@ -754,13 +754,25 @@ def test_a_block_the_sample_cannot_split_is_cut_where_it_is_solved(monkeypatch):
         assert sizes.min() >= 5 and seen and max(seen) <= 1000
         zeros = labels[X.sum(axis=1) == 0]
         assert (np.bincount(zeros)[np.unique(zeros)] == sizes[np.unique(zeros)]).all()  # zeros only with zeros
-    cells = blocking.cut_block(np.zeros((10_000, 3)), 1000)
-    assert [len(c) for c in cells] == [625] * 16
-    np.testing.assert_array_equal(np.concatenate(cells), np.arange(10_000))  # ties in row order
+    df = pd.DataFrame(X, columns=list("abcd"))
+    options = dict(block_size=1000, blocks_per_task=8)
+    in_memory = microagg.anonymize(df, 5, list("abcd"), **options)
+    with dask.config.set(scheduler="synchronous"):
+        distributed = microagg.anonymize(dd.from_pandas(df, npartitions=3), 5, list("abcd"), **options).compute()
+    pd.testing.assert_frame_equal(in_memory.reset_index(drop=True), distributed.reset_index(drop=True),
+                                  check_exact=True)
+    order, steps = blocking.cut_plan(np.zeros((10_000, 3)), 1000)
+    assert [b - a for a, b, plane, _ in steps if plane is None] == [625] * 16 and len(steps) == 31
+    np.testing.assert_array_equal(order, np.arange(10_000))  # ties in row order
     Z = rng.normal(size=(5_000, 3))
-    cells = blocking.cut_block(Z, 700)
-    assert max(map(len, cells)) <= 700 and sorted(np.concatenate(cells).tolist()) == list(range(5_000))
-    assert all((np.diff(c) > 0).all() for c in cells)
+    order, steps = blocking.cut_plan(Z, 700)
+    assert sorted(order.tolist()) == list(range(5_000))
+    for a, b, plane, threshold in steps:
+        if plane is None:  # a piece: at most the size, its rows in increasing position
+            assert b - a <= 700 and (np.diff(order[a:b]) > 0).all()
+        else:  # a split: its halves on either side of its plane
+            side = Z[order[a:b]] @ plane - threshold
+            assert (side[:(b - a) // 2] <= 0).all() and (side[(b - a) // 2:] >= 0).all()
 
 
 def test_frequent_tuples_are_grouped_with_themselves():
