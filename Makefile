@@ -48,6 +48,7 @@ bench: $(BENCHSTAMP)
 	$(BIN)/python tests/benchmarks/bench_pipeline.py cpu --rows 10000000 --runs 2
 	$(BIN)/python tests/benchmarks/bench_pipeline.py files --rows 1000000 --files 2000 --runs 2
 	$(BIN)/python tests/benchmarks/bench_pipeline.py csv --rows 1000000 --runs 2
+	$(BIN)/python tests/benchmarks/bench_pipeline.py ties --rows 1000000 --methods mdav,auto --runs 2
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 1000000 --runs 3
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000 --runs 3
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000 --one-file --processes --memory-limit 1.5GiB
