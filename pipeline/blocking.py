@@ -51,7 +51,7 @@ class SplitTree:
     upper: np.ndarray               # node ids above the task level, in pre-order
     task_ancestors: list = field(default_factory=list)  # per task: positions in ``upper``, root first
     block_size: int = 0             # the largest block the tree aims at
-    largest: int = 0                # a leaf with more rows is cut where it is solved (cut_block); 0: never
+    largest: int = 0                # a leaf with more rows is cut where it is solved (cut_plan); 0: never
 
     @property
     def n_leaves(self):
