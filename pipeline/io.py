@@ -224,25 +224,17 @@ class _CSVFiles(NamedTuple):
         return None if "none" in found else next(iter(found))
 
 
-def _tab_for_tsv(urlpath, dialect):
-    """``dialect`` (:func:`csv_dialect`) with a tab for the separator if it names none and every file
-    of the input is named ``*.tsv`` (or ``*.tab``, compressed or not): tab-separated exports (a
-    database's ``COPY``, a spreadsheet's "text (tab delimited)") read without a flag."""
-    if "sep" in dialect:
-        return dialect
-    _, _, paths = fsspec.get_fs_token_paths(urlpath)
-    if paths and all(p.lower().endswith(_TSV_SUFFIXES) for p in paths):
-        return {**dialect, "sep": "\t"}
-    return dialect
-
-
 def _csv_files(urlpath, dialect):
-    """The files of a CSV input (:class:`_CSVFiles`; their headers and first rows read in parallel), in
-    ``dialect`` (:func:`csv_dialect`)."""
+    """``(files, dialect)``: the files of a CSV input (:class:`_CSVFiles`; their headers and first rows
+    read in parallel) in ``dialect`` (:func:`csv_dialect`), which takes a tab for the separator if it
+    names none and every file is named ``*.tsv`` (or ``*.tab``, compressed or not): tab-separated
+    exports (a database's ``COPY``, a spreadsheet's "text (tab delimited)") read without a flag."""
     import csv
     from concurrent.futures import ThreadPoolExecutor
 
     fs, _, paths = fsspec.get_fs_token_paths(urlpath)
+    if "sep" not in dialect and paths and all(p.lower().endswith(_TSV_SUFFIXES) for p in paths):
+        dialect = {**dialect, "sep": "\t"}
     encoding = dialect.get("encoding", "utf-8")
     # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name (pandas drops it)
     encoding = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
@@ -258,15 +250,17 @@ def _csv_files(urlpath, dialect):
     names = [fs.unstrip_protocol(p) if "://" in urlpath else p for p in paths]
     with ThreadPoolExecutor(min(16, len(names))) as pool:
         found = list(pool.map(header, names))
-    return _CSVFiles(names, [h for h, _ in found], [fs.size(p) or 0 for p in paths], [r for _, r in found])
+    files = _CSVFiles(names, [h for h, _ in found], [fs.size(p) or 0 for p in paths], [r for _, r in found])
+    return files, dialect
 
 
 def _csv_data_files(path, urlpath, dialect):
-    """The files of a CSV input that hold rows (:meth:`_CSVFiles.data`), once every file with a
-    header has been checked (its separator, the same columns as the others). Raises
-    :class:`InputError` if no file holds a row, or if a file cannot be read as text."""
+    """``(files, dialect)``: the files of a CSV input that hold rows (:meth:`_CSVFiles.data`), once
+    every file with a header has been checked (its separator, the same columns as the others), and
+    the dialect they are read in (:func:`_csv_files`). Raises :class:`InputError` if no file holds a
+    row, or if a file cannot be read as text."""
     try:
-        files = _csv_files(urlpath, dialect)
+        files, dialect = _csv_files(urlpath, dialect)
     except (OSError, ValueError) as exc:
         raise _unreadable(path, "csv", exc) from exc
     headed = [i for i, header in enumerate(files.headers) if header]  # a file of no bytes has none
@@ -281,7 +275,7 @@ def _csv_data_files(path, urlpath, dialect):
                 else "a header and no row, or nothing")
         held = "its CSV file holds" if n == 1 else f"its {n} CSV files hold"
         raise InputError(f"the input {str(path)!r} has no rows: {held} {what}; there is nothing to release")
-    return data
+    return data, dialect
 
 
 def _unreadable(path, fmt, exc):
@@ -381,8 +375,10 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
     None for CSV, or if a footer cannot be read): the types :func:`output_schema` keeps. Files that
     differ in columns, or in types no one type holds, are refused before anything is computed."""
     fmt, urlpath = resolve_input(path)
-    csv = _tab_for_tsv(urlpath, csv or {}) if fmt == "csv" else {}
-    files = _data_files(urlpath) if fmt == "parquet" else _csv_data_files(path, urlpath, csv)
+    if fmt == "csv":
+        files, csv = _csv_data_files(path, urlpath, csv or {})
+    else:
+        files = _data_files(urlpath)
     try:
         if fmt == "csv":
             compressed = files.compression(path) is not None  # read whole: a compressed file is not split
@@ -516,9 +512,8 @@ def csv_types(path, numbers=None, blocksize=CSV_BLOCKSIZE, csv=None):
     fmt, urlpath = resolve_input(path)
     if fmt != "csv":
         return None
-    csv = _tab_for_tsv(urlpath, csv or {})
     guessed = read_input(path, blocksize, csv=csv).dtypes
-    data = _csv_data_files(path, urlpath, csv)
+    data, csv = _csv_data_files(path, urlpath, csv or {})
     compressed = data.compression(path) is not None
     _, files = read_bytes(data.patterns(), delimiter=b"\n", blocksize=None if compressed else blocksize, sample=False,
                           compression="infer")

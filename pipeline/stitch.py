@@ -97,7 +97,7 @@ def duplicate_groups(Z, k):
     identical records: 17 s in kward against 0.18 s for distinct ones), and zero-inflated extracts
     have blocks of identical records by the thousand."""
     labels = np.full(Z.shape[0], -1, dtype=np.int64)
-    if Z.shape[0] < k or np.isnan(Z).any():
+    if Z.shape[0] < k or not _may_repeat(Z, k):
         return labels, 0
     _, inverse, counts = np.unique(Z, axis=0, return_inverse=True, return_counts=True)
     frequent = np.flatnonzero(counts >= k)
@@ -112,6 +112,17 @@ def duplicate_groups(Z, k):
         labels[members] = g + np.minimum(np.arange(len(members)) // k, n_groups - 1)
         g += n_groups
     return labels, g
+
+
+def _may_repeat(Z, k):
+    """False if no row of ``Z`` can occur ``k`` times: no value of one projection of the rows does
+    (equal rows project equally). A sort of one column, where ``np.unique(Z, axis=0)`` sorts whole
+    rows: 0.1 against 1.5 ms for a block of 2,500 x 13, on every block of every job. False with a
+    missing value (NaN: rows with one are left to the method)."""
+    projection = np.sort(Z @ np.linspace(1.0, 2.0, Z.shape[1]))
+    if np.isnan(projection[-1]):
+        return False
+    return bool((projection[k - 1:] == projection[:len(projection) - k + 1]).any())
 
 
 def solve_without_duplicates(Z, k, solver, tag=0):
