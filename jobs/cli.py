@@ -9,8 +9,8 @@ import sys
 
 from . import evaluate, generate, logs
 from . import run as jobrun
-from .exit_codes import (EXIT_CLUSTER, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_STORAGE, EXIT_TERMINATED, Terminated,
-                         is_cluster_failure, is_storage_failure)
+from .exit_codes import (EXIT_CLUSTER, EXIT_HUNG_UP, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_STORAGE, EXIT_TERMINATED,
+                         HungUp, Terminated, is_cluster_failure, is_storage_failure)
 from .flags import RELEASE_DLD_RECORDS, add_cluster_arguments, add_csv_arguments, add_risk_arguments, csv_flags
 
 EXIT_OK = 0
@@ -312,6 +312,9 @@ def main(argv=None):
         return logs.finished(args, COMMANDS[args.command](args))
     except MicroaggError as exc:
         return logs.failed(args, exc, exc.exit_code, f"microagg: error: {exc}")
+    except HungUp as exc:
+        return logs.failed(args, exc, EXIT_HUNG_UP, "microagg: hung up (SIGHUP: its terminal closed); nothing was "
+                                                    "written")
     except Terminated as exc:
         return logs.failed(args, exc, EXIT_TERMINATED, "microagg: terminated (SIGTERM); nothing was written")
     except KeyboardInterrupt as exc:
@@ -396,11 +399,13 @@ def _stop(exc_type):
 
 
 def _on_signals():
-    """Turn SIGTERM into :class:`Terminated` and SIGINT into ``KeyboardInterrupt`` in the main thread,
-    both recorded (schedulers stop a job with SIGTERM before they kill it; SIGINT is Ctrl-C, or the
-    worker watch of jobs/cluster.py). SIGINT keeps an ignoring handler (a job started in the background
-    of a shell without job control). Returns the previous handlers, to restore; none where no handler
-    can be set (the CLI called from a library's worker thread)."""
+    """Turn SIGTERM into :class:`Terminated`, SIGHUP into :class:`HungUp` and SIGINT into
+    ``KeyboardInterrupt`` in the main thread, all recorded (schedulers stop a job with SIGTERM before
+    they kill it; SIGHUP is the job's terminal closing, which killed the job where it stood; SIGINT is
+    Ctrl-C, or the worker watch of jobs/cluster.py). SIGINT and SIGHUP keep an ignoring handler (a job
+    started in the background of a shell without job control; ``nohup``). Returns the previous
+    handlers, to restore; none where no handler can be set (the CLI called from a library's worker
+    thread)."""
     from ..pipeline import interrupts
 
     interrupts.clear()
@@ -409,6 +414,9 @@ def _on_signals():
         previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _stop(Terminated))
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             previous[signal.SIGINT] = signal.signal(signal.SIGINT, _stop(KeyboardInterrupt))
+        hangup = getattr(signal, "SIGHUP", None)  # not on Windows
+        if hangup is not None and signal.getsignal(hangup) == signal.SIG_DFL:
+            previous[hangup] = signal.signal(hangup, _stop(HungUp))
     except ValueError:  # not the main thread
         pass
     return previous

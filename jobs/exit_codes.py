@@ -25,6 +25,9 @@ code  meaning
       release, ``StorageError``: the message says the release is committed)
 6     busy (``OutputBusyError``): another job on this host is writing the same output now (a
       scheduler firing the same export twice); the first job goes on, this one wrote nothing
+129   hung up (SIGHUP: the job's terminal closed, an ssh session dropped); nothing was written and
+      the job's temporary directory is removed. A job meant to outlive its terminal is started with
+      ``nohup`` (which ignores SIGHUP; the job then keeps it ignored) or from a scheduler
 130   interrupted (SIGINT / Ctrl-C); nothing was written
 143   terminated (SIGTERM: a scheduler cancelling the job, a time limit, a pod being stopped); nothing
       was written and the job's temporary directory is removed
@@ -46,13 +49,25 @@ EXIT_GATE = 3           # pipeline.errors.ReleaseGateError.exit_code
 EXIT_CLUSTER = 4        # pipeline.errors.ClusterError.exit_code
 EXIT_STORAGE = 5        # a filesystem refused a read or write (is_storage_failure; pipeline.errors.StorageError)
 EXIT_BUSY = 6           # pipeline.errors.OutputBusyError.exit_code
+EXIT_HUNG_UP = 129      # 128 + SIGHUP
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_TERMINATED = 143   # 128 + SIGTERM
+
+SUMMARY = ("0 success, 1 internal error, 2 bad input, options or job file, 3 release gate failure, 4 cluster failure, "
+           "5 storage failure (a full or read-only filesystem), 6 busy (another job on this host is writing the same "
+           "output), 129 hung up (SIGHUP), 130 interrupted (SIGINT), 143 terminated (SIGTERM)")
+"""The table in one sentence, for the commands' help and the job file examples."""
 
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread by the CLI's handler: the job unwinds as for Ctrl-C (its
     cluster shut down, its temporary directory removed) instead of dying where it stands."""
+
+
+class HungUp(Terminated):
+    """SIGHUP (the job's terminal closed), raised in the main thread by the CLI's handler: the job
+    unwinds as for SIGTERM instead of dying with its temporary directory left behind."""
+
 
 # (module prefix, class name) of the exceptions that mean the cluster, not the job, failed
 _CLUSTER_FAILURES = (
@@ -96,6 +111,10 @@ def is_storage_failure(exc):
 
 def exit_code_of(exc):
     """The exit code for an exception that ended a command (see the table above)."""
+    if isinstance(exc, HungUp):
+        return EXIT_HUNG_UP
+    if isinstance(exc, Terminated):
+        return EXIT_TERMINATED
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED
     code = getattr(exc, "exit_code", None)  # a pipeline.errors.MicroaggError

@@ -35,7 +35,7 @@ import sys
 import traceback
 from datetime import datetime, timezone
 
-from .exit_codes import Terminated
+from .exit_codes import HungUp, Terminated
 
 FORMATS = ("text", "json")
 
@@ -181,25 +181,33 @@ def finished(args, code):
 def failed(args, exc, code, text):
     """Report the exception that ended a command; returns ``code``. Text mode prints ``text`` (and
     with ``--debug`` the traceback first) to stderr; JSON mode emits a ``failed`` event."""
+    try:
+        _report_failure(args, exc, code, text)
+    except (OSError, ValueError):  # stderr is gone (a terminal that hung up: EIO; a closed pipe): the code remains
+        pass
+    return code
+
+
+def _report_failure(args, exc, code, text):
     debug = getattr(args, "debug", False)
     if not is_json():
         if debug and not isinstance(exc, KeyboardInterrupt):
             traceback.print_exception(exc)
-        print(text, file=sys.stderr)
-        return code
+        print(text, file=sys.stderr, flush=True)
+        return
     # the console's sentence without its "microagg: error: " (for a failure microagg classifies, such as
     # a lost cluster or a full disk, it says more than the exception's own text)
     message = text.removeprefix("microagg: ").removeprefix("error: ") or str(exc)
     entry = {"level": "ERROR", "logger": "microagg", "message": message, "event": "failed",
              "command": getattr(args, "command", None), "exit_code": code, "error": type(exc).__name__}
     if isinstance(exc, KeyboardInterrupt):
-        entry["message"] = f"{'terminated' if isinstance(exc, Terminated) else 'interrupted'}; nothing was written"
+        word = "hung up" if isinstance(exc, HungUp) else "terminated" if isinstance(exc, Terminated) else "interrupted"
+        entry["message"] = f"{word}; nothing was written"
     if isinstance(getattr(exc, "errors", None), list):  # a job file's errors, one per [section] key
         entry["errors"] = [str(e) for e in exc.errors]
     if debug:
         entry["traceback"] = "".join(traceback.format_exception(exc))
     _emit(entry)
-    return code
 
 
 def _default_outcome(args):

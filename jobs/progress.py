@@ -125,8 +125,13 @@ class StageProgress(_Watching):
         line = f"  {stage:<11} {elapsed:7.1f}s"
         if counts is not None:
             line += f"  tasks: {counts[0]} done, {counts[1]} running, {counts[2]} waiting"
-        self.stream.write("\r" + line.ljust(78) + ("\n" if final else ""))
-        self.stream.flush()
+        if self.stream is None:
+            return
+        try:
+            self.stream.write("\r" + line.ljust(78) + ("\n" if final else ""))
+            self.stream.flush()
+        except (OSError, ValueError):  # the terminal is gone (a hang-up: EIO) or the stream closed
+            self.stream = None  # the job goes on, or unwinds, without its status line
 
 
 class LogProgress(_Watching):

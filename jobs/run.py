@@ -16,6 +16,7 @@ import os
 import time
 from contextlib import contextmanager
 
+from . import exit_codes
 from .evaluate import dld_text
 
 EXIT_OK = 0
@@ -31,8 +32,7 @@ def add_parser(sub):
         description=(
             "Run the export a job file declares (see the README's \"Job files\"). Everything is checked before "
             "anything is written; the release is committed atomically and a re-run of the same job and date "
-            "replaces it. Exit codes: 0 success, 2 bad job file or input, 3 release gate failure, 4 cluster "
-            "failure, 130 interrupted, 143 terminated (SIGTERM), 1 internal error."
+            f"replaces it. Exit codes: {exit_codes.SUMMARY}."
         ),
     )
     p.add_argument("job", metavar="JOB.toml", help="the job file; its relative paths are relative to its directory")

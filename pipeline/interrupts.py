@@ -1,8 +1,8 @@
 """A stop asked for by a signal, kept until the pipeline next looks.
 
-The CLI's handlers of SIGINT and SIGTERM (``jobs/cli.py``) raise ``KeyboardInterrupt`` or
-``Terminated`` at once, in the main thread, between two bytecodes of whatever it runs. When that is a
-finalizer (a Dask future's ``__del__``, a weakref callback), Python prints "Exception ignored" and
+The CLI's handlers of SIGINT, SIGTERM and SIGHUP (``jobs/cli.py``) raise ``KeyboardInterrupt``,
+``Terminated`` or ``HungUp`` at once, in the main thread, between two bytecodes of whatever it runs.
+When that is a finalizer (a Dask future's ``__del__``, a weakref callback), Python prints "Exception ignored" and
 drops the exception: the job goes on, and would commit its release and exit 0 (seen once in CI: a
 SIGTERM during the blocks stage). So the handlers also record the request here, and :func:`check`
 raises it again at every stage's start and end (``release.Timings.stage``, the job file's stages)

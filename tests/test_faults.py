@@ -9,6 +9,7 @@ tests follow their stages on stderr and the cluster's tasks through a ``distribu
 
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -225,6 +226,7 @@ def test_a_killed_job_keeps_the_previous_release_and_the_next_run_cleans_up(tmp_
     # what a scheduler sends first when it cancels a job (Slurm's scancel or time limit, a Kubernetes
     # pod stopped): the job unwinds as for Ctrl-C
     (signal.SIGTERM, 143, "Terminated", "terminated"),
+    (signal.SIGHUP, 129, "HungUp", "hung up"),  # its terminal closed (an ssh session dropped)
 ])
 def test_a_job_interrupted_in_the_middle_exits_with_its_code_and_leaves_nothing(tmp_path, data, sig, code, error,
                                                                                 word):
@@ -244,6 +246,52 @@ def test_a_job_interrupted_in_the_middle_exits_with_its_code_and_leaves_nothing(
     assert not any(stage("gate", "started")(e) for e in job.events)  # interrupted in the blocks stage
     assert any(stage("blocks", "interrupted")(e) for e in job.events)
     assert not any(stage("blocks", "done")(e) for e in job.events)
+    assert not out.exists() and not temporaries(out)
+
+
+_ON_A_TERMINAL = """
+import fcntl, os, signal, sys, termios
+os.setsid()
+terminal = os.open(sys.argv[1], os.O_RDWR)  # the new session's controlling terminal
+fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
+for n in (0, 1, 2):
+    os.dup2(terminal, n)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as from a login shell, even if pytest runs under nohup
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_a_job_whose_terminal_closes_unwinds_and_leaves_nothing(tmp_path, data):
+    """The terminal a job runs on closes (an ssh session dropped, a window shut): the kernel sends it
+    SIGHUP, and every later write to the terminal fails (EIO). The job died where it stood, its
+    temporary directory left behind; with a handler only, its status line's and its last message's
+    writes failed and it exited 1. Now it unwinds: exit 129, nothing at OUTPUT, nothing left beside."""
+    _, source = data
+    out = tmp_path / "release"
+    master, slave = os.openpty()
+    name = os.ttyname(slave)  # kept open here until the job has it (before, reading the master fails: EIO)
+    env = {key: value for key, value in os.environ.items() if key != "CI"}  # a terminal's status line
+    proc = subprocess.Popen([sys.executable, "-c", _ON_A_TERMINAL, name, str(BIN / "microagg"), "anonymize", source,
+                             out, "--k", "5", *map(str, OPTIONS)], env=env)
+    shown = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"blocks" not in shown:  # the status line shows the blocks stage
+            assert time.monotonic() < deadline and proc.poll() is None, shown.decode(errors="replace")
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                shown += os.read(master, 4096)
+        os.close(slave)
+        os.close(master)  # the terminal hangs up
+        slave = master = None
+        assert proc.wait(timeout=60) == 129
+    finally:
+        for fd in (slave, master):
+            if fd is not None:
+                os.close(fd)
+        if proc.poll() is None:
+            proc.kill()
     assert not out.exists() and not temporaries(out)
 
 

@@ -420,6 +420,11 @@ def test_the_readme_and_the_module_list_the_same_exit_codes():
     assert {int(c) for c in re.findall(r"^\| (\d+) \|", table, flags=re.M)} == codes
     module = re.findall(r"^(\d+) {2,}\S", exit_codes.__doc__, flags=re.M)
     assert {int(c) for c in module} == codes
+    # the one-sentence summary (`microagg run --help`, the example job file) names every code too
+    assert {int(c) for c in re.findall(r"(?:^|, )(\d+) ", exit_codes.SUMMARY)} == codes
+    example = (ROOT / "deploy" / "jobs" / "nightly-export.toml").read_text()
+    comment = " ".join(line.lstrip("# ") for line in example.splitlines() if line.startswith("#"))
+    assert exit_codes.SUMMARY in comment
 
 
 def test_exit_code_table_matches_the_error_classes(monkeypatch, capsys):
@@ -444,7 +449,8 @@ def test_exit_code_table_matches_the_error_classes(monkeypatch, capsys):
     assert not exit_codes.is_storage_failure(FileNotFoundError("x"))
     killed = KilledWorker("task", SimpleNamespace(address="tcp://w:1"), 3)
     for raised, code in ((killed, 4), (CommClosedError("lost"), 4), (KeyboardInterrupt(), 130), (RuntimeError("bug"), 1),
-                         (full, 5), (InputError("bad"), 2), (ReleaseGateError("gate"), 3)):
+                         (exit_codes.Terminated(), 143), (exit_codes.HungUp(), 129), (full, 5), (InputError("bad"), 2),
+                         (ReleaseGateError("gate"), 3)):
         def command(args, raised=raised):
             raise raised
         monkeypatch.setitem(cli.COMMANDS, "methods", command)
