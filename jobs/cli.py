@@ -141,8 +141,9 @@ def _add_anonymize(sub):
                    help="seed of the sample that shapes the blocks and of seeded methods and refinements (each "
                         "block's seed derives from it and the block id; default 0)")
     p.add_argument("--hash-identifiers", action="store_true",
-                   help="replace identifiers by their keyed HMAC-SHA256 instead of dropping them; the key is "
-                        "read from the environment variable MICROAGG_HMAC_KEY (never from the command line)")
+                   help="replace identifiers by their keyed HMAC-SHA256 instead of dropping them (a missing "
+                        "identifier stays missing); the key is read from the environment variable "
+                        "MICROAGG_HMAC_KEY (never from the command line)")
     add_cluster_arguments(p)
 
 

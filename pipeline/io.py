@@ -17,6 +17,7 @@ from typing import NamedTuple
 import dask.dataframe as dd
 import fsspec
 import numpy as np
+from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 
 from . import interrupts
 from .errors import CSVTypeChange, InputError, OutputBusyError, ReleaseGateError
@@ -345,6 +346,68 @@ def output_schema(input_schema, meta, qi, text=()):
     return pa.schema(fields)
 
 
+def exact_integers(kind):
+    """The pandas type of an Arrow integer type ``kind`` (``to_pandas``' types_mapper): pandas' nullable
+    integer of its width (None for any other type)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    if pa.types.is_integer(kind):
+        return pd.api.types.pandas_dtype(f"{'U' if pa.types.is_unsigned_integer(kind) else ''}Int{kind.bit_width}")
+    return None
+
+
+EXACT_INTEGERS = "microagg_exact_integers"
+"""The key, in the ``arrow_to_pandas`` options of a Parquet read, of the columns
+:class:`ExactIntegersEngine` reads as pandas' nullable integers."""
+
+
+class ExactIntegersEngine(ArrowDatasetEngine):
+    """Dask's pyarrow Parquet engine, reading the integer columns named in the ``arrow_to_pandas``
+    options under :data:`EXACT_INTEGERS` (those that may hold a null: :func:`integers_with_nulls`) as
+    pandas' nullable integers. Pandas reads integers with a null as float64, which holds them exactly
+    only up to 2**53: a bigint key with a null (a warehouse's surrogate key, 2**62 + 1) was released
+    rounded (2**62), one beyond 2**63 failed the write, and a hashed identifier's pseudonyms were those
+    of 1.0, not 1, whenever its column held a null. Every other column is read as before: integers
+    without a null stay NumPy integers. (A types mapper given to ``read_parquet`` instead maps every
+    column of a type; and Dask 2026.8 writes its own into those options at each conversion, which could
+    then no longer be tokenized. The options handed to Dask here are a fresh copy.)"""
+
+    @classmethod
+    def _arrow_table_to_pandas(cls, arrow_table, categories, dtype_backend=None, convert_string=False, **kwargs):
+        options = dict(kwargs.get("arrow_to_pandas") or {})
+        exact = [c for c in options.pop(EXACT_INTEGERS, ()) if c in arrow_table.column_names]
+        kwargs["arrow_to_pandas"] = options
+        frame = super()._arrow_table_to_pandas(arrow_table, categories, dtype_backend=dtype_backend,
+                                               convert_string=convert_string, **kwargs)
+        for name in exact:
+            if name in frame.columns:
+                frame[name] = arrow_table.column(name).to_pandas(types_mapper=exact_integers).array
+        return frame
+
+
+def integers_with_nulls(schema, footers):
+    """The integer columns of a Parquet input (its common ``schema``, the files' ``footers``) that may
+    hold a null: a null counted in a row group's statistics, or no count there (a row group without
+    rows holds none: an empty file's)."""
+    import pyarrow as pa
+
+    candidates = {f.name for f in schema if pa.types.is_integer(f.type) and f.nullable}
+    found = set()
+    for footer in footers:
+        for i in range(footer.num_row_groups):
+            group = footer.row_group(i)
+            if not group.num_rows:
+                continue
+            for j in range(group.num_columns):
+                chunk = group.column(j)
+                if chunk.path_in_schema in candidates and chunk.path_in_schema not in found:
+                    stats = chunk.statistics
+                    if stats is None or not stats.has_null_count or stats.null_count:
+                        found.add(chunk.path_in_schema)
+    return tuple(f.name for f in schema if f.name in found)
+
+
 PARQUET_BLOCKSIZE = "128MiB"
 """Most uncompressed bytes of one partition of a Parquet input (Dask's ``blocksize`` with
 ``split_row_groups="infer"``): a large file is read as several partitions of whole row groups, about
@@ -362,26 +425,42 @@ CSV_BLOCKSIZE = "64MB"
 """Bytes of a CSV input per partition."""
 
 
-def read_input(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
+def read_input(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, text=()):
     """A Dask DataFrame over the input; nothing is computed (schema only). CSV is read in blocks of
     ``blocksize`` bytes, Parquet in partitions of whole row groups up to :data:`PARQUET_BLOCKSIZE`.
     ``dtypes``: the types of a CSV input's columns (:func:`csv_types`), else guessed by Dask from
-    the first rows; ``csv``: a CSV input's dialect (:func:`csv_dialect`; a Parquet input ignores it)."""
-    return read_input_and_schema(path, blocksize, dtypes, csv)[0]
+    the first rows; ``csv``: a CSV input's dialect (:func:`csv_dialect`; a Parquet input ignores it);
+    ``text``: columns of a CSV input read as text, as written (identifiers: ``00123`` is not ``123``,
+    and a column of whole numbers with an empty cell would be read as float64, ``123`` as ``123.0``)."""
+    return read_input_and_schema(path, blocksize, dtypes, csv, text)[0]
 
 
-def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
+def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, text=()):
     """:func:`read_input`, and the Arrow schema of a Parquet input's files (:func:`common_schema`;
     None for CSV, or if a footer cannot be read): the types :func:`output_schema` keeps. Files that
     differ in columns, or in types no one type holds, are refused before anything is computed."""
     fmt, urlpath = resolve_input(path)
+    schema = problem = None
+    exact = ()
     if fmt == "csv":
         files, csv = _csv_data_files(path, urlpath, csv or {})
     else:
         files = _data_files(urlpath)
+        try:
+            names, footers = _footers(*files)
+        except Exception:  # unreadable footers fail the read itself, with its own message
+            footers = None
+        else:
+            try:
+                schema = common_schema(names, [f.schema.to_arrow_schema() for f in footers])
+            except Exception as exc:  # raised once the read itself has not failed first
+                problem = exc
+            else:
+                exact = integers_with_nulls(schema, footers)
     try:
         if fmt == "csv":
             compressed = files.compression(path) is not None  # read whole: a compressed file is not split
+            dtypes = {**(dtypes or {}), **dict.fromkeys(text, "string")} or None
             ddf = dd.read_csv(files.patterns(), blocksize=None if compressed else blocksize, dtype=dtypes, **csv)
         else:
             # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
@@ -389,6 +468,7 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
             # files without a Parquet suffix (Hive's 000000_0): Dask, which filters by suffix, must read them all
             unnamed = not any(f.lower().endswith(_PARQUET_SUFFIXES) for f in files[1])
             ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False,
+                                  engine=ExactIntegersEngine, arrow_to_pandas={EXACT_INTEGERS: exact},
                                   **({"parquet_file_extension": None} if unnamed else {}))
     except (OSError, ValueError) as exc:
         if fmt == "parquet" and "duplicate field" in str(exc):
@@ -398,12 +478,11 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None):
         if any(h != files.headers[0] for h in files.headers):  # the same columns in another order: each block
             ddf = ddf.map_partitions(_in_order, list(ddf.columns), meta=ddf._meta)  # in the first's
         return _coalesced(ddf, files.sizes, blocksize), None
-    try:
-        names, footers = _footers(*files)
-    except Exception:  # unreadable footers fail the read itself, with its own message
+    if footers is None:
         return ddf, None
     _warn_of_large_row_groups(names, footers)
-    schema = common_schema(names, [f.schema.to_arrow_schema() for f in footers])
+    if problem is not None:
+        raise problem
     # the files' column order (Dask puts a stored index first), then any column Dask adds (a hive
     # partition's)
     names = [c for c in schema.names if c in ddf.columns]
@@ -535,16 +614,18 @@ def csv_types(path, numbers=None, blocksize=CSV_BLOCKSIZE, csv=None):
     return {c: t for c, t in widened.items() if t is not None}
 
 
-def read_retyped(path, numbers, blocksize=CSV_BLOCKSIZE, csv=None):
+def read_retyped(path, numbers, blocksize=CSV_BLOCKSIZE, csv=None, text=()):
     """``(frame, dtypes)``: a CSV input read again with its columns' types from all their rows
-    (:func:`csv_types`; ``numbers``: the columns that must hold numbers, and their roles), after a
-    first pass raised :class:`CSVTypeChange`; the change is logged."""
+    (:func:`csv_types`; ``numbers``: the columns that must hold numbers, and their roles; ``text``:
+    columns read as text all the same, see :func:`read_input`), after a first pass raised
+    :class:`CSVTypeChange`; the change is logged."""
     dtypes = csv_types(path, numbers, blocksize, csv)
+    dtypes = dtypes and {c: t for c, t in dtypes.items() if c not in text}
     if not dtypes:  # a Parquet input (or a CSV one Dask's guess holds)
-        return read_input(path, blocksize, csv=csv), dtypes
+        return read_input(path, blocksize, csv=csv, text=text), dtypes
     log.warning("input %s: column(s) %s change type part-way through; read again as %s", path,
                 ", ".join(map(repr, dtypes)), ", ".join(f"{c}: {t}" for c, t in dtypes.items()))
-    return read_input(path, blocksize, dtypes, csv), dtypes
+    return read_input(path, blocksize, dtypes, csv, text), dtypes
 
 
 def cluster_cores():

@@ -856,9 +856,14 @@ def gate(released, k, n_rows):
 
 # --- stage 5: back to input order, write -----------------------------------------------------------
 
-def _pseudonyms(values, key):
-    """HMAC-SHA256 (hex) of each value's text under ``key``: stable pseudonyms, unlinkable without it."""
-    return np.array([hmac.digest(key, str(v).encode(), "sha256").hex() for v in values], dtype=object)
+def _pseudonyms(column, key):
+    """HMAC-SHA256 (hex) of each value's text under ``key``: stable pseudonyms, unlinkable without it.
+    A missing value stays missing: one pseudonym shared by every record that lacks the identifier
+    would link them as one person."""
+    present = column.notna().to_numpy(dtype=bool)
+    out = np.full(len(column), None, dtype=object)
+    out[present] = [hmac.digest(key, str(v).encode(), "sha256").hex() for v in column[present].to_numpy()]
+    return pd.array(out, dtype="string")
 
 
 def _replace_qis(original, released, qi, identifiers, key=None, where=None):
@@ -874,7 +879,7 @@ def _replace_qis(original, released, qi, identifiers, key=None, where=None):
         elif name not in ids:
             columns[name] = original[name].array
         elif key is not None:
-            columns[name] = pd.array(_pseudonyms(original[name].to_numpy(), key), dtype="string")
+            columns[name] = _pseudonyms(original[name], key)
     out = pd.DataFrame(columns, index=pd.RangeIndex(len(original)), copy=False)
     if where:
         out = out[where_mask(out, where)].reset_index(drop=True)
@@ -1377,8 +1382,9 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     ``csv``: a CSV input's dialect (:func:`pipeline.io.csv_dialect`), kept in the report.
     """
     timings = Timings()
+    text = tuple(options.identifiers)  # dropped or hashed: a CSV input's as written (io.read_input)
     with timings.stage("read"):
-        ddf, input_schema = io.read_input_and_schema(input_path, csv=csv)
+        ddf, input_schema = io.read_input_and_schema(input_path, csv=csv, text=text)
     with timings.stage("validate"):
         columns = plan(ddf, options)  # fail on bad options before touching the output location
         page = html_path(output, report_path) if html else None
@@ -1402,7 +1408,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
             with timings.stage("csv types"):
                 numbers = {**dict.fromkeys(columns[0], "quasi-identifier"),
                            **({options.weights: "weights"} if options.weights else {})}
-                ddf, dtypes = io.read_retyped(input_path, numbers, csv=csv)
+                ddf, dtypes = io.read_retyped(input_path, numbers, csv=csv, text=text)
             timings.seconds["csv types"] = round(time.perf_counter() - started, 4)  # the failed pass's time too
             released, report = build_release(ddf, options, timings, identifier_key, columns, keep)
             report["input_types_widened"] = dtypes
@@ -1436,7 +1442,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         del released
         if evaluation is not None:
             report["evaluation"] = _evaluate_written(input_path, tmp, report, evaluation, options.seed, timings,
-                                                     dtypes, csv)
+                                                     dtypes, csv, text)
         report["timings"] = timings.seconds
         if report_extra:
             report.update(report_extra())
@@ -1474,10 +1480,10 @@ def html_path(output, report_path=None):
     return path
 
 
-def _evaluate_written(input_path, written, report, evaluation, seed, timings, dtypes=None, csv=None):
+def _evaluate_written(input_path, written, report, evaluation, seed, timings, dtypes=None, csv=None, text=()):
     """:func:`pipeline.evaluate.evaluate` of the release files at ``written`` against the input (rows
-    pair by position; ``dtypes``, ``csv``: a CSV input's types and dialect, as the release read it):
-    the parts of its report named by :data:`EVALUATION_KEYS`."""
+    pair by position; ``dtypes``, ``csv``, ``text``: a CSV input's types, dialect and text columns, as
+    the release read it): the parts of its report named by :data:`EVALUATION_KEYS`."""
     from . import evaluate
 
     with timings.stage("evaluate"):
@@ -1485,7 +1491,7 @@ def _evaluate_written(input_path, written, report, evaluation, seed, timings, dt
         k = report["k"] if report.get("k_anonymity_scope") == "all quasi-identifiers" else None
         options = dict(evaluation)
         # hashed identifiers differ on purpose: not compared with the input's
-        result = evaluate.evaluate(io.read_input(input_path, dtypes=dtypes, csv=csv), io.read_input(written),
+        result = evaluate.evaluate(io.read_input(input_path, dtypes=dtypes, csv=csv, text=text), io.read_input(written),
                                    list(report["quasi_identifiers"]),
                                    k, seed=seed, changed=report.get("identifiers_hashed") or (), **options)
     return {key: result[key] for key in EVALUATION_KEYS if key in result}

@@ -103,8 +103,8 @@ def check_release_where(expression, qi, meta):
             f"--release-where may only use quasi-identifier columns (it filters released values, so whole "
             f"groups stay together); {others} {'is' if len(others) == 1 else 'are'} not among them: {list(qi)}"
         )
-    try:
-        result = meta[list(qi)].eval(expression)
+    try:  # on the QIs as released: float64 (an integer column with nulls is read as pandas' nullable Int64)
+        result = meta[list(qi)].astype("float64").eval(expression)
     except Exception as exc:  # pandas raises many kinds for a bad expression
         raise InputError(f"--release-where {expression!r} cannot be evaluated: {exc}") from exc
     if not isinstance(result, pd.Series) or result.dtype != bool:

@@ -487,6 +487,58 @@ def test_hash_identifiers(tmp_path, data):
     assert not (tmp_path / "nokey").exists()
 
 
+def test_hashed_identifiers_of_a_csv_input_are_those_of_its_text(tmp_path, monkeypatch):
+    """A CSV identifier is hashed as written. ``00123`` and ``123`` were one pseudonym (both read as the
+    number 123), and a column of whole numbers with an empty cell was read as float64: every pseudonym
+    was then that of ``123.0``, so one missing id in a day's export changed all of them. Here the empty
+    cells come after Dask's sample, and a later text cell in another column makes the input be read
+    again with widened types: the identifiers stay text. A missing identifier stays missing."""
+    rng = np.random.default_rng(4)
+    n = 20_000
+    ids = [str(i) for i in range(n)]
+    ids[10], ids[12] = "00123", "123"
+    for i in range(15_000, n, 97):
+        ids[i] = ""
+    note = [str(i % 7) for i in range(n)]
+    note[18_000] = "see file"
+    frame = pd.DataFrame({"person_id": ids, "q0": rng.normal(size=n), "q1": rng.normal(size=n), "note": note})
+    source = tmp_path / "in.csv"
+    frame.to_csv(source, index=False)
+    key = "an operator's secret"
+    monkeypatch.setenv("MICROAGG_HMAC_KEY", key)
+    out = _run(tmp_path, "hashed", source, "--k", 3, "--identifiers", "person_id", "--qi", "q0,q1",
+               "--hash-identifiers", "--scheduler", "synchronous", "--no-html")  # evaluated: the input read again
+    import pyarrow.parquet as pq
+
+    released = pq.read_table(out)
+    expected = [None if t == "" else hmac.new(key.encode(), t.encode(), hashlib.sha256).hexdigest() for t in ids]
+    assert released.column("person_id").to_pylist() == expected
+    assert json.loads((out / "_report.json").read_text())["input_types_widened"] == {"note": "string"}
+
+
+def test_an_integer_qi_that_may_hold_nulls_is_released_and_filtered_as_floats(tmp_path):
+    """An integer QI with a null, or from a file without statistics (it may hold one), is read as
+    pandas' nullable Int64; the release's condition is still checked on the released float64 values
+    (on Int64 it was refused: "not a true/false condition")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(8)
+    n = 600
+    ages = [None if i % 50 == 0 else int(a) for i, a in enumerate(rng.integers(18, 90, n))]
+    table = pa.table({"person_id": np.arange(n), "q0": rng.normal(size=n), "age": pa.array(ages, pa.int64())})
+    pq.write_table(table, tmp_path / "nulls.parquet")
+    pq.write_table(table.set_column(2, "age", pa.array(rng.integers(18, 90, n))), tmp_path / "no-stats.parquet",
+                   write_statistics=False)
+    for name, extra in (("nulls", ["--missing", "centroid"]), ("no-stats", [])):
+        out = _run(tmp_path, f"release-{name}", tmp_path / f"{name}.parquet", "--k", 3, "--qi", "q0,age",
+                   "--identifiers", "person_id", "--release-where", "age > 30", *extra, "--scheduler", "synchronous",
+                   "--no-html")
+        released = pd.read_parquet(out)
+        assert len(released) and (released["age"] > 30).all() and released["age"].dtype == np.float64, name
+        assert_k_anonymous(released, ["q0", "age"], 3)
+
+
 def test_the_release_keeps_the_input_schema(tmp_path):
     """Every column of a Parquet input leaves with its Arrow type (a dictionary, a nullable integer, a
     date, a decimal, a list, a struct... once failed the write, or came out as what pandas made of them), the
@@ -512,6 +564,11 @@ def test_the_release_keeps_the_input_schema(tmp_path):
         "long_text": (pa.large_string(), True, [None if i % 5 == 0 else f"t{i}" for i in range(n)]),
         "region": (pa.dictionary(pa.int32(), pa.string()), True, [f"r{i % 3}" for i in range(n)]),
         "count": (pa.int64(), True, maybe),  # nulls from row 1000 on
+        # integers beyond 2**53 with nulls (a warehouse's bigint keys): read as float64, they were released
+        # rounded (2**62 + 1 came out as 2**62)
+        "account": (pa.int64(), True, [None if i % 10 == 0 else 2**62 + i for i in range(n)]),
+        "serial": (pa.uint64(), True, [None if i % 10 == 1 else 2**64 - 1 - i for i in range(n)]),
+        "household": (pa.int64(), True, [None if i % 6 == 0 else i // 3 for i in range(n)]),  # an identifier
         "narrow": (pa.uint8(), False, rng.integers(0, 255, n)),
         "share": (pa.float32(), True, [None if i % 7 == 0 else 0.5 for i in range(n)]),
         "flag": (pa.bool_(), True, rng.random(n) < 0.5),
@@ -534,7 +591,7 @@ def test_the_release_keeps_the_input_schema(tmp_path):
     out = tmp_path / "release"
     exe = Path(sys.executable).with_name("microagg")
     proc = subprocess.run([str(exe), "anonymize", str(source), str(out), "--k", "3", "--qi", "q0,q1,q2",
-                           "--identifiers", "person_id", "--hash-identifiers", "--block-size", "1500",
+                           "--identifiers", "person_id,household", "--hash-identifiers", "--block-size", "1500",
                            "--blocks-per-task", "2", "--one-block-rows", "0", "--scheduler", "synchronous"],
                           capture_output=True, text=True, env={**os.environ, "MICROAGG_HMAC_KEY": "k"})
     assert proc.returncode == 0, proc.stderr
@@ -546,12 +603,17 @@ def test_the_release_keeps_the_input_schema(tmp_path):
         assert got.nullable, field.name
         if field.name in ("q0", "q1", "q2"):
             assert got.type == pa.float64(), field.name
-        elif field.name == "person_id":
+        elif field.name in ("person_id", "household"):
             assert got.type == pa.string(), got
         else:
             assert got.type == field.type, field.name
             assert released.column(field.name).equals(original.column(field.name)), field.name
     assert_k_anonymous(released.select(["q0", "q1", "q2"]).to_pandas(), ["q0", "q1", "q2"], 3)
+    # an identifier's pseudonyms are those of its values' text (1, not 1.0 when the column holds a null), and
+    # a missing identifier stays missing (one shared pseudonym would link every record that lacks it)
+    expected = [None if v is None else hmac.new(b"k", str(v).encode(), hashlib.sha256).hexdigest()
+                for v in original.column("household").to_pylist()]
+    assert released.column("household").to_pylist() == expected
 
 
 def test_a_hive_partitioned_input_keeps_its_partition_column(tmp_path):
