@@ -257,7 +257,7 @@ def _methods(args):
 
 def _say(args, text):
     if not args.quiet:
-        print(text, flush=True)
+        logs.say(text)
 
 
 def build_parser():

@@ -2,6 +2,7 @@
 
 import argparse
 
+from . import logs
 from .flags import add_cluster_arguments, add_csv_arguments, add_risk_arguments, csv_flags
 from .progress import reporting
 
@@ -113,4 +114,4 @@ def _summary(report):
     if changed:
         lines.append("columns changed: " + ", ".join(f"{c} ({n} rows)" for c, n in changed.items()))
     lines.append(f"report: {report['report']}" + (f", {report['html']}" if report.get("html") else ""))
-    print("\n".join(lines), flush=True)
+    logs.say("\n".join(lines))

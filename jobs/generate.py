@@ -4,6 +4,7 @@ import argparse
 import re
 import time
 
+from . import logs
 from .flags import add_cluster_arguments
 
 EXIT_OK = 0
@@ -60,6 +61,6 @@ def run(args):
         summary = write_dataset(args.output, args.rows, files, args.seed, client)
     seconds = time.perf_counter() - start
     if not args.quiet:
-        print(f"generated: {summary['output']} ({summary['rows']} rows in {summary['files']} file(s), seed "
-              f"{summary['seed']}, {summary['bytes'] / 2**20:.1f} MiB, {seconds:.1f} s)", flush=True)
+        logs.say(f"generated: {summary['output']} ({summary['rows']} rows in {summary['files']} file(s), seed "
+                 f"{summary['seed']}, {summary['bytes'] / 2**20:.1f} MiB, {seconds:.1f} s)")
     return EXIT_OK

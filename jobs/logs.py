@@ -157,9 +157,20 @@ def record_outcome(**fields):
     _state["outcome"].update({k: v for k, v in fields.items() if v is not None})
 
 
+def say(text, stream="stdout"):
+    """Print ``text`` to ``sys.stdout`` (or ``stream``), a command's account of what it did. If the
+    stream is gone (its terminal hung up: EIO; the reader of its pipe quit: EPIPE), the rest of the
+    command's output there is dropped and its exit code stands: a release committed is not made a
+    failure (exit 1) by a summary no one can read."""
+    try:
+        print(text, file=getattr(sys, stream), flush=True)
+    except (OSError, ValueError):  # ValueError: a closed stream
+        setattr(sys, stream, open(os.devnull, "w"))  # the unwritten rest is dropped, also at exit
+
+
 def _emit(entry):
     entry = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), **entry}
-    print(dumps(entry), file=sys.stderr, flush=True)
+    say(dumps(entry), "stderr")
 
 
 def finished(args, code):
@@ -181,20 +192,12 @@ def finished(args, code):
 def failed(args, exc, code, text):
     """Report the exception that ended a command; returns ``code``. Text mode prints ``text`` (and
     with ``--debug`` the traceback first) to stderr; JSON mode emits a ``failed`` event."""
-    try:
-        _report_failure(args, exc, code, text)
-    except (OSError, ValueError):  # stderr is gone (a terminal that hung up: EIO; a closed pipe): the code remains
-        pass
-    return code
-
-
-def _report_failure(args, exc, code, text):
     debug = getattr(args, "debug", False)
     if not is_json():
         if debug and not isinstance(exc, KeyboardInterrupt):
-            traceback.print_exception(exc)
-        print(text, file=sys.stderr, flush=True)
-        return
+            say("".join(traceback.format_exception(exc)).rstrip("\n"), "stderr")
+        say(text, "stderr")  # if stderr is gone (a terminal that hung up), the code remains
+        return code
     # the console's sentence without its "microagg: error: " (for a failure microagg classifies, such as
     # a lost cluster or a full disk, it says more than the exception's own text)
     message = text.removeprefix("microagg: ").removeprefix("error: ") or str(exc)
@@ -208,6 +211,7 @@ def _report_failure(args, exc, code, text):
     if debug:
         entry["traceback"] = "".join(traceback.format_exception(exc))
     _emit(entry)
+    return code
 
 
 def _default_outcome(args):

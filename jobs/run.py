@@ -16,7 +16,7 @@ import os
 import time
 from contextlib import contextmanager
 
-from . import exit_codes
+from . import exit_codes, logs
 from .evaluate import dld_text
 
 EXIT_OK = 0
@@ -94,8 +94,6 @@ def validate(args):
         parts.append("evaluate after")
     checked = (f"input schema checked ({len(columns)} columns)" if columns is not None else
                "input not there yet: its columns were not checked")
-    from . import logs
-
     logs.record_outcome(job=job.file, date=job.date, input=job.input, output=job.output)
     if not args.quiet:
         print(f"{job.file}: ok: {job.input} -> {job.output} ({', '.join(parts)}); {checked}", flush=True)
@@ -226,7 +224,7 @@ def _summary(job, report, evaluation):
                      f"score {_fmt(evaluation.get('score'))})")
     if job.html:
         lines.append(f"html: {job.html}")
-    print("\n".join(lines), flush=True)
+    logs.say("\n".join(lines))
 
 
 def _fmt(value):

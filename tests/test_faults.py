@@ -256,24 +256,28 @@ terminal = os.open(sys.argv[1], os.O_RDWR)  # the new session's controlling term
 fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
 for n in (0, 1, 2):
     os.dup2(terminal, n)
-signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as from a login shell, even if pytest runs under nohup
-os.execv(sys.argv[2], sys.argv[2:])
+# SIGHUP as from a login shell (the default, even if pytest runs under nohup), or ignored (nohup's)
+signal.signal(signal.SIGHUP, signal.SIG_IGN if sys.argv[2] == "ignored" else signal.SIG_DFL)
+os.execv(sys.argv[3], sys.argv[3:])
 """
 
 
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
-def test_a_job_whose_terminal_closes_unwinds_and_leaves_nothing(tmp_path, data):
+@pytest.mark.parametrize("hangup", ["default", "ignored"])
+def test_a_job_whose_terminal_closes_unwinds_and_leaves_nothing(tmp_path, data, hangup):
     """The terminal a job runs on closes (an ssh session dropped, a window shut): the kernel sends it
     SIGHUP, and every later write to the terminal fails (EIO). The job died where it stood, its
     temporary directory left behind; with a handler only, its status line's and its last message's
-    writes failed and it exited 1. Now it unwinds: exit 129, nothing at OUTPUT, nothing left beside."""
+    writes failed and it exited 1. Now it unwinds: exit 129, nothing at OUTPUT, nothing left beside.
+    A job that ignores SIGHUP (started with nohup, or `trap '' HUP`) goes on: its release is written and
+    it exits 0, though its status line and summary can no longer be shown (that was exit 1 too)."""
     _, source = data
     out = tmp_path / "release"
     master, slave = os.openpty()
     name = os.ttyname(slave)  # kept open here until the job has it (before, reading the master fails: EIO)
     env = {key: value for key, value in os.environ.items() if key != "CI"}  # a terminal's status line
-    proc = subprocess.Popen([sys.executable, "-c", _ON_A_TERMINAL, name, str(BIN / "microagg"), "anonymize", source,
-                             out, "--k", "5", *map(str, OPTIONS)], env=env)
+    proc = subprocess.Popen([sys.executable, "-c", _ON_A_TERMINAL, name, hangup, str(BIN / "microagg"), "anonymize",
+                             source, out, "--k", "5", *map(str, OPTIONS)], env=env)
     shown = b""
     try:
         deadline = time.monotonic() + 60
@@ -285,14 +289,18 @@ def test_a_job_whose_terminal_closes_unwinds_and_leaves_nothing(tmp_path, data):
         os.close(slave)
         os.close(master)  # the terminal hangs up
         slave = master = None
-        assert proc.wait(timeout=60) == 129
+        assert proc.wait(timeout=120) == (0 if hangup == "ignored" else 129)
     finally:
         for fd in (slave, master):
             if fd is not None:
                 os.close(fd)
         if proc.poll() is None:
             proc.kill()
-    assert not out.exists() and not temporaries(out)
+    assert not temporaries(out)
+    if hangup == "ignored":
+        assert (out / io.SUCCESS_MARKER).exists() and len(pd.read_parquet(out)) == 200_000
+    else:
+        assert not out.exists()
 
 
 class _SignalledInFinalizer:
