@@ -37,8 +37,9 @@ def partition_counts(part, columns, qi):
 
 
 def _name(columns, key):
+    """``region='north', year=2026``: a NumPy scalar shown as its value (NumPy 2's repr is ``np.int64(2026)``)."""
     values = key if isinstance(key, tuple) else (key,)
-    return ", ".join(f"{c}={v!r}" for c, v in zip(columns, values))
+    return ", ".join(f"{c}={v.item() if isinstance(v, np.generic) else v!r}" for c, v in zip(columns, values))
 
 
 @dataclass(frozen=True)

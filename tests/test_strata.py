@@ -92,3 +92,11 @@ def test_bad_strata_fail_before_anything_is_written(tmp_path, frame, change, fla
         df["flag"] = df["flag"].astype("Int64")
         df.loc[7, "flag"] = pd.NA
     assert_refused(tmp_path, df, QI, 3, flags, message)
+
+
+def test_a_stratum_is_named_by_its_values():
+    """As the errors and the report show it: region=7, not NumPy 2's region=np.int64(7)."""
+    from microagg.pipeline import strata
+
+    assert strata._name(["region", "year"], (np.str_("north"), np.int64(2026))) == "region='north', year=2026"
+    assert strata._name(["share"], np.float64(0.5)) == "share=0.5"
