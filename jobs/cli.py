@@ -9,8 +9,8 @@ import sys
 
 from . import evaluate, generate, logs
 from . import run as jobrun
-from .exit_codes import (EXIT_CLUSTER, EXIT_HUNG_UP, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_STORAGE, EXIT_TERMINATED,
-                         HungUp, Terminated, is_cluster_failure, is_storage_failure)
+from .exit_codes import (EXIT_CLUSTER, EXIT_INPUT, EXIT_STORAGE, HungUp, Terminated, interruption, is_cluster_failure,
+                         is_storage_failure)
 from .flags import RELEASE_DLD_RECORDS, add_cluster_arguments, add_csv_arguments, add_risk_arguments, csv_flags
 
 EXIT_OK = 0
@@ -313,13 +313,9 @@ def main(argv=None):
         return logs.finished(args, COMMANDS[args.command](args))
     except MicroaggError as exc:
         return logs.failed(args, exc, exc.exit_code, f"microagg: error: {exc}")
-    except HungUp as exc:
-        return logs.failed(args, exc, EXIT_HUNG_UP, "microagg: hung up (SIGHUP: its terminal closed); nothing was "
-                                                    "written")
-    except Terminated as exc:
-        return logs.failed(args, exc, EXIT_TERMINATED, "microagg: terminated (SIGTERM); nothing was written")
-    except KeyboardInterrupt as exc:
-        return logs.failed(args, exc, EXIT_INTERRUPTED, "microagg: interrupted; nothing was written")
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM (Terminated), SIGHUP (HungUp)
+        code, word, cause = interruption(exc)
+        return logs.failed(args, exc, code, f"microagg: {word}{cause}; nothing was written")
     except Exception as exc:  # an unexpected failure: still one paragraph unless --debug
         if is_cluster_failure(exc):  # workers lost beyond the retries, the scheduler gone (jobs/exit_codes.py)
             return logs.failed(args, exc, EXIT_CLUSTER, f"microagg: error: the Dask cluster failed "

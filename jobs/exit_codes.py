@@ -109,14 +109,22 @@ def is_storage_failure(exc):
                for cause in _causes(exc))
 
 
+# the interruptions, the most derived class first: (class, exit code, word, its signal)
+_INTERRUPTIONS = ((HungUp, EXIT_HUNG_UP, "hung up", " (SIGHUP: its terminal closed)"),
+                  (Terminated, EXIT_TERMINATED, "terminated", " (SIGTERM)"),
+                  (KeyboardInterrupt, EXIT_INTERRUPTED, "interrupted", ""))
+
+
+def interruption(exc):
+    """``(exit code, word, signal)`` of a ``KeyboardInterrupt`` that ended a command (Ctrl-C,
+    :class:`Terminated`, :class:`HungUp`): ``(143, "terminated", " (SIGTERM)")``."""
+    return next((code, word, cause) for cls, code, word, cause in _INTERRUPTIONS if isinstance(exc, cls))
+
+
 def exit_code_of(exc):
     """The exit code for an exception that ended a command (see the table above)."""
-    if isinstance(exc, HungUp):
-        return EXIT_HUNG_UP
-    if isinstance(exc, Terminated):
-        return EXIT_TERMINATED
     if isinstance(exc, KeyboardInterrupt):
-        return EXIT_INTERRUPTED
+        return interruption(exc)[0]
     code = getattr(exc, "exit_code", None)  # a pipeline.errors.MicroaggError
     if isinstance(code, int) and not isinstance(code, bool) and _is_microagg_error(exc):
         return code

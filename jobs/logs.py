@@ -35,7 +35,7 @@ import sys
 import traceback
 from datetime import datetime, timezone
 
-from .exit_codes import HungUp, Terminated
+from .exit_codes import interruption
 
 FORMATS = ("text", "json")
 
@@ -204,8 +204,7 @@ def failed(args, exc, code, text):
     entry = {"level": "ERROR", "logger": "microagg", "message": message, "event": "failed",
              "command": getattr(args, "command", None), "exit_code": code, "error": type(exc).__name__}
     if isinstance(exc, KeyboardInterrupt):
-        word = "hung up" if isinstance(exc, HungUp) else "terminated" if isinstance(exc, Terminated) else "interrupted"
-        entry["message"] = f"{word}; nothing was written"
+        entry["message"] = f"{interruption(exc)[1]}; nothing was written"
     if isinstance(getattr(exc, "errors", None), list):  # a job file's errors, one per [section] key
         entry["errors"] = [str(e) for e in exc.errors]
     if debug:
