@@ -16,7 +16,8 @@ class InputError(MicroaggError, ValueError):
 class CSVTypeChange(InputError):
     """A CSV column's values change type part-way through the input: Dask guessed the column's type
     from the first rows (numbers), and a later row holds text, or an empty cell in a column of whole
-    numbers. The callers read the input again with every column's type decided from all its rows
+    numbers, or a decimal in a column of whole numbers and empty cells. The callers read the input
+    again with every column's type decided from all its rows
     (``pipeline.io.csv_types``)."""
 
 

@@ -17,6 +17,7 @@ from typing import NamedTuple
 import dask.dataframe as dd
 import fsspec
 import numpy as np
+from dask.dataframe.io.csv import read_pandas
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 
 from . import interrupts
@@ -425,6 +426,81 @@ CSV_BLOCKSIZE = "64MB"
 """Bytes of a CSV input per partition."""
 
 
+SAMPLE_ROWS = 10
+"""Rows of a CSV input's first file from which Dask guesses its columns' types (``read_csv``'s
+``sample_rows``)."""
+
+
+def whole_numbers(values):
+    """A CSV column's values read as text (a pandas Series, an empty cell missing) as pandas' nullable
+    Int64, exactly, if every value present is a whole number (``-12``, ``+7``, ``007``, spaces around)
+    in int64's range; else None."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = pc.utf8_trim_whitespace(pa.array(values.to_numpy(dtype=object, na_value=None), type=pa.string()))
+    if pc.any(pc.invert(pc.match_substring_regex(text, r"^[+-]?[0-9]+$"))).as_py():
+        return None
+    try:
+        numbers = pc.replace_substring_regex(text, r"^\+", "").cast(pa.int64())
+    except pa.ArrowInvalid:  # beyond int64's range
+        return None
+    return pd.Series(numbers.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get), index=values.index,
+                     name=values.name)
+
+
+def _sampled_integers(files, dialect):
+    """The columns of a CSV input (its data files, :class:`_CSVFiles`, in ``dialect``) that Dask's guess
+    from the first file's first :data:`SAMPLE_ROWS` rows makes float64 though they hold whole numbers:
+    those with an empty cell there. As float64 they were released rounded beyond 2**53 (a warehouse's
+    nullable bigint key, 2**62 + 1 as 2**62), and as ``1.0`` where the file says ``1``; they are read
+    as pandas' nullable Int64 instead (:func:`_read_csv`)."""
+    import pandas as pd
+
+    def head(**options):
+        with fsspec.open(files.names[0], "rb", compression="infer") as fh:
+            return pd.read_csv(fh, nrows=SAMPLE_ROWS, **dialect, **options)
+
+    guessed = head()
+    blanks = [c for c in guessed.columns if guessed[c].dtype == np.float64 and guessed[c].isna().any()
+              and guessed[c].notna().any()]
+    if not blanks:
+        return []
+    text = head(usecols=blanks, dtype="string")
+    return [c for c in blanks if whole_numbers(text[c]) is not None]
+
+
+def _read_csv(source, **options):
+    """``pandas.read_csv``, as Dask's reader of a CSV input's blocks. A column read as Int64 (whole
+    numbers and empty cells in the first rows: :func:`_sampled_integers`) that holds another value in
+    this block (a decimal, text, a number beyond int64) raises :class:`CSVTypeChange` naming it: the
+    input is then read again with its columns' types from all their rows (:func:`read_retyped`)."""
+    import pandas as pd
+
+    try:
+        return pd.read_csv(source, **options)
+    except (TypeError, ValueError) as exc:
+        dtypes = options.get("dtype") or {}
+        integers = [c for c, t in dtypes.items() if t == "Int64"]
+        if not integers or not hasattr(source, "seek"):
+            raise
+        source.seek(0)
+        try:
+            written = pd.read_csv(source, **{**options, "dtype": {**dtypes, **dict.fromkeys(integers, "string")}})
+        except Exception:
+            raise exc from None
+        for column in integers:
+            if whole_numbers(written[column]) is None:
+                raise CSVTypeChange(f"a CSV column changes type part-way through the input: column {column!r} "
+                                    f"holds whole numbers and empty cells in its first rows, other values "
+                                    f"further on") from exc
+        raise
+
+
+_read_csv.__name__ = "read_csv"  # Dask names its reader in its messages
+
+
 def read_input(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, text=()):
     """A Dask DataFrame over the input; nothing is computed (schema only). CSV is read in blocks of
     ``blocksize`` bytes, Parquet in partitions of whole row groups up to :data:`PARQUET_BLOCKSIZE`.
@@ -460,8 +536,12 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, 
     try:
         if fmt == "csv":
             compressed = files.compression(path) is not None  # read whole: a compressed file is not split
-            dtypes = {**(dtypes or {}), **dict.fromkeys(text, "string")} or None
-            ddf = dd.read_csv(files.patterns(), blocksize=None if compressed else blocksize, dtype=dtypes, **csv)
+            dtypes = {**(dtypes or {}), **dict.fromkeys(text, "string")}
+            integers = [c for c, t in dtypes.items() if t == "Int64"]
+            integers += [c for c in _sampled_integers(files, csv) if c not in dtypes]
+            dtypes = {**dtypes, **dict.fromkeys(integers, "Int64")} or None
+            ddf = read_pandas(_read_csv, files.patterns(), blocksize=None if compressed else blocksize, dtype=dtypes,
+                              **csv)
         else:
             # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
             # column like any other, released unchanged, not an index the write would drop
@@ -541,17 +621,26 @@ def compute_reading(*objs):
 
 def _block_kinds(block, names, first, dialect, qi):
     """How pandas reads one block of a CSV file on its own: ``{column: kind}`` (the dtype's kind:
-    ``i`` whole numbers, ``f`` numbers, ``b`` booleans, ``O`` text; ``e`` no value at all) and, for
+    ``i`` whole numbers, ``f`` numbers, ``b`` booleans, ``O`` text; ``n`` whole numbers and empty
+    cells, which pandas reads as float64; ``e`` no value at all) and, for
     each QI of ``qi`` read as text, ``(rows that are not numbers, the first)``."""
     from io import BytesIO
 
     import pandas as pd
 
-    frame = pd.read_csv(BytesIO(block), header=0 if first else None, names=None if first else names, **dialect)
+    def read(**options):
+        return pd.read_csv(BytesIO(block), header=0 if first else None, names=None if first else names, **dialect,
+                           **options)
+
+    frame = read()
     kinds = {c: "e" if frame[c].isna().all() else frame[c].dtype.kind for c in frame.columns}
+    blanks = [c for c, kind in kinds.items() if kind == "f" and frame[c].isna().any()]
+    if blanks:
+        written = read(usecols=blanks, dtype="string")
+        kinds.update({c: "n" for c in blanks if whole_numbers(written[c]) is not None})
     text = {}
     for column in qi:
-        if kinds.get(column) not in ("i", "u", "f", "e"):
+        if kinds.get(column) not in ("i", "u", "f", "n", "e"):
             values = frame[column].astype(str).where(frame[column].notna())
             if dialect.get("decimal", ".") != ".":
                 values = values.str.replace(dialect["decimal"], ".", regex=False)
@@ -569,12 +658,17 @@ def _widened(guessed, kinds):
     if pd.api.types.is_string_dtype(guessed) or guessed == object:
         return None
     values = set(kinds) - {"e"}
-    if "O" in values or not values <= {"i", "u", "f", "b"} or ("b" in values and len(values) > 1):
+    if "O" in values or not values <= {"i", "u", "f", "b", "n"} or ("b" in values and len(values) > 1):
         return "string"
     if pd.api.types.is_bool_dtype(guessed):
         return "boolean" if "e" in kinds else None
-    if pd.api.types.is_integer_dtype(guessed) and (values & {"f"} or "e" in kinds):
+    if not pd.api.types.is_integer_dtype(guessed):
+        return None
+    missing = "n" in values or "e" in kinds
+    if "f" in values or ("u" in values and missing):  # decimals, or beyond int64 with empty cells
         return "float64"
+    if missing and guessed != pd.Int64Dtype():
+        return "Int64"
     return None
 
 
@@ -582,7 +676,8 @@ def csv_types(path, numbers=None, blocksize=CSV_BLOCKSIZE, csv=None):
     """The types of a CSV input's columns that Dask's guess from the first rows does not hold, from
     one pass that reads every block as pandas does on its own: ``{column: dtype}`` for
     :func:`read_input`'s ``dtypes`` (text for a column whose later rows hold text, float64 for whole
-    numbers with empty cells further on, nullable booleans). ``numbers``: the columns that must hold
+    numbers with decimals further on, nullable integers for whole numbers with empty cells further on,
+    nullable booleans). ``numbers``: the columns that must hold
     numbers, ``{column: its role}`` ("quasi-identifier", "weights"); :class:`InputError` names each
     that holds text, with its role, its count of such rows and an example."""
     import dask

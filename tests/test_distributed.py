@@ -127,10 +127,11 @@ def test_warehouse_directory_layouts_give_the_same_release(tmp_path, data):
 
 
 def test_a_csv_column_that_changes_type_part_way_is_read_with_the_type_of_all_its_rows(tmp_path):
-    """Dask guesses a CSV column's type from the first 256 kB: a postcode column of numbers with a
+    """Dask guesses a CSV column's type from the first rows: a postcode column of numbers with a
     text value further on, and whole numbers with an empty cell further on, used to fail the job
     ("Mismatched dtypes"). The input is read again with each column's type from all its rows: text
-    and float64, every value released as written, the same release on any cluster."""
+    and nullable integers (int64 with a null in the release, not float64), every value released as
+    written, the same release on any cluster."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -147,7 +148,7 @@ def test_a_csv_column_that_changes_type_part_way_is_read_with_the_type_of_all_it
     for name, flags in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", 2])):
         out = _run(tmp_path, name, source, "--k", 3, "--qi", "q0,q1", *flags)
         report = json.loads((out / "_report.json").read_text())
-        assert report["input_types_widened"] == {"postcode": "string", "count": "float64"}
+        assert report["input_types_widened"] == {"postcode": "string", "count": "Int64"}
         assert report["timings"]["csv types"] > 0
         assert report["evaluation"]["checks"]["unchanged_columns"] == {"postcode": 0, "count": 0}
         releases.append(_files(out))
@@ -155,22 +156,78 @@ def test_a_csv_column_that_changes_type_part_way_is_read_with_the_type_of_all_it
     released = pq.read_table(tmp_path / "sync")
     assert pa.types.is_large_string(released.schema.field("postcode").type)
     assert released.column("postcode").to_pylist() == df["postcode"].tolist()
-    assert released.schema.field("count").type == pa.float64()
+    assert released.schema.field("count").type == pa.int64()
     assert released.column("count").null_count == 1 and released.column("count")[18_000].as_py() is None
+    assert released.column("count").to_pylist()[:5] == df["count"][:5].tolist()
     assert_k_anonymous(released.to_pandas(), ["q0", "q1"], 3)
     evaluated = tmp_path / "evaluated.json"
     microagg_cli("evaluate", source, tmp_path / "sync", "--qi", "q0,q1", "--report", evaluated, "--no-html",
                  "--scheduler", "synchronous", check=True)
     report = json.loads(evaluated.read_text())
-    assert report["input_types_widened"] == {"original": {"postcode": "string", "count": "float64"}, "masked": None}
+    assert report["input_types_widened"] == {"original": {"postcode": "string", "count": "Int64"}, "masked": None}
     assert report["checks"]["unchanged_columns"] == {"postcode": 0, "count": 0}
+
+
+def test_whole_numbers_with_empty_cells_in_a_csv_input_are_released_exactly(tmp_path):
+    """A CSV column of whole numbers with an empty cell in Dask's sample (its first rows) was guessed
+    float64: a warehouse's nullable bigint key beyond 2**53 was released rounded (2**62 + 1 as 2**62)
+    under an int64-looking name, and ``7`` as ``7.0``. Such a column is now read as text and made a
+    nullable integer: released as int64 with its nulls, every value as written, on any cluster; the
+    evaluation reads it alike. A column of that kind whose later rows hold decimals is read again as
+    float64; one of them used as a QI is released as a QI (float64), its missing cell refused or
+    filled by --missing centroid."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(5)
+    n = 20_000
+    key = [str(2**62 + i) if i % 3 else "" for i in range(n)]
+    dose = [str(i % 5) if i % 4 else "" for i in range(n)]
+    dose[17_000] = "2.5"
+    age = [str(int(a)) for a in rng.integers(18, 90, n)]
+    age[2] = ""
+    source = tmp_path / "keys.csv"
+    pd.DataFrame({"q0": rng.normal(size=n), "q1": rng.lognormal(size=n), "key": key, "dose": dose,
+                  "age": age}).to_csv(source, index=False)
+    releases = []
+    for name, flags in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", 2])):
+        out = _run(tmp_path, name, source, "--k", 3, "--qi", "q0,q1", *flags)
+        report = json.loads((out / "_report.json").read_text())
+        assert report["input_types_widened"] == {"dose": "float64"}
+        assert report["evaluation"]["checks"]["unchanged_columns"] == {"key": 0, "dose": 0, "age": 0}
+        releases.append(_files(out))
+    assert releases[0] == releases[1]
+    released = pq.read_table(tmp_path / "sync")
+    assert released.schema.field("key").type == pa.int64() and released.schema.field("age").type == pa.int64()
+    assert released.column("key").to_pylist() == [int(v) if v else None for v in key]
+    assert released.column("age").to_pylist() == [int(v) if v else None for v in age]
+    assert released.schema.field("dose").type == pa.float64()
+    assert released.column("dose").to_pylist() == [float(v) if v else None for v in dose]
+    evaluated = tmp_path / "evaluated.json"
+    microagg_cli("evaluate", source, tmp_path / "sync", "--qi", "q0,q1", "--report", evaluated, "--no-html",
+                 "--scheduler", "synchronous", check=True)
+    assert json.loads(evaluated.read_text())["checks"]["unchanged_columns"] == {"key": 0, "dose": 0, "age": 0}
+    proc = microagg_cli("anonymize", source, tmp_path / "refused", "--k", 3, "--qi", "q0,q1,age",
+                        "--scheduler", "synchronous")
+    assert proc.returncode == 2 and "column 'age' has 1 row(s) with a missing (NaN) value" in proc.stderr
+    assert not (tmp_path / "refused").exists()
+    out = _run(tmp_path, "filled", source, "--k", 3, "--qi", "q0,q1,age", "--missing", "centroid",
+               "--scheduler", "synchronous")
+    filled = pq.read_table(out)
+    assert filled.schema.field("age").type == pa.float64() and filled.column("age").null_count == 0
+    assert_k_anonymous(filled.to_pandas(), ["q0", "q1", "age"], 3)
 
 
 @pytest.mark.parametrize("guessed, later, widened", [
     ("int64", ["1", "2"], None),
     ("int64", ["1.5", "2"], "float64"),
-    ("int64", ["", "2"], "float64"),
-    ("int64", ["", ""], "float64"),
+    ("int64", ["", "2"], "Int64"),
+    ("int64", ["", ""], "Int64"),
+    ("int64", ["", "2.5"], "float64"),
+    ("Int64", ["", "2"], None),
+    ("Int64", ["18446744073709551615", "2"], "float64"),
+    ("Int64", ["1.5", ""], "float64"),
+    ("Int64", ["x", ""], "string"),
     ("float64", ["", "2"], None),
     ("float64", ["abc", "1"], "string"),
     ("bool", ["True", "False"], None),
@@ -183,10 +240,11 @@ def test_a_csv_column_that_changes_type_part_way_is_read_with_the_type_of_all_it
 def test_the_type_a_csv_column_needs_for_its_later_rows(guessed, later, widened):
     from microagg.pipeline import io
 
-    value = {"int64": "1", "float64": "1.5", "bool": "True", "object": "a"}[guessed]
+    value = {"int64": "1", "Int64": "1\n0,", "float64": "1.5", "bool": "True", "object": "a"}[guessed]
     first, _ = io._block_kinds(f"x,c\n0,{value}\n".encode(), None, True, {}, ())
     kinds, _ = io._block_kinds("".join(f"0,{v}\n" for v in later).encode(), ["x", "c"], False, {}, ())
-    guess = pd.read_csv(__import__("io").StringIO(f"c\n{value}\n"))["c"].dtype
+    guess = (pd.Int64Dtype() if guessed == "Int64"  # whole numbers and an empty cell in the first rows
+             else pd.read_csv(__import__("io").StringIO(f"c\n{value}\n"))["c"].dtype)
     assert io._widened(guess, {first["c"], kinds["c"]}) == widened
 
 
