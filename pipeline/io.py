@@ -426,9 +426,10 @@ CSV_BLOCKSIZE = "64MB"
 """Bytes of a CSV input per partition."""
 
 
-SAMPLE_ROWS = 10
-"""Rows of a CSV input's first file from which Dask guesses its columns' types (``read_csv``'s
-``sample_rows``)."""
+SAMPLE_BYTES = 256_000
+"""Bytes at the head of a CSV input's first file (then to the end of a line) in which
+:func:`_sampled_integers` looks for whole numbers with empty cells: Dask's ``read_csv`` takes as many
+and guesses the columns' types from their first ten rows."""
 
 
 def whole_numbers(values):
@@ -451,23 +452,28 @@ def whole_numbers(values):
 
 
 def _sampled_integers(files, dialect):
-    """The columns of a CSV input (its data files, :class:`_CSVFiles`, in ``dialect``) that Dask's guess
-    from the first file's first :data:`SAMPLE_ROWS` rows makes float64 though they hold whole numbers:
-    those with an empty cell there. As float64 they were released rounded beyond 2**53 (a warehouse's
-    nullable bigint key, 2**62 + 1 as 2**62), and as ``1.0`` where the file says ``1``; they are read
-    as pandas' nullable Int64 instead (:func:`_read_csv`)."""
+    """The columns of a CSV input (its data files, :class:`_CSVFiles`, in ``dialect``) that hold whole
+    numbers and empty cells in the first :data:`SAMPLE_BYTES` of its first file. Dask guesses such a
+    column float64 if its first ten rows hold an empty cell, or if they hold no value at all (a sparse
+    column), and float64 holds integers exactly only up to 2**53: a warehouse's nullable bigint key
+    (2**62 + 1) was released rounded (2**62), and ``7`` as ``7.0``. They are read as pandas'
+    nullable Int64 instead (:func:`_read_csv`). A sample that pandas cannot parse (cut inside a quoted
+    field) leaves Dask's guess."""
+    from io import BytesIO
+
     import pandas as pd
 
-    def head(**options):
-        with fsspec.open(files.names[0], "rb", compression="infer") as fh:
-            return pd.read_csv(fh, nrows=SAMPLE_ROWS, **dialect, **options)
-
-    guessed = head()
-    blanks = [c for c in guessed.columns if guessed[c].dtype == np.float64 and guessed[c].isna().any()
-              and guessed[c].notna().any()]
-    if not blanks:
+    with fsspec.open(files.names[0], "rb", compression="infer") as fh:
+        head = fh.read(SAMPLE_BYTES)
+        if len(head) == SAMPLE_BYTES:
+            head += fh.readline()
+    try:
+        guessed = pd.read_csv(BytesIO(head), **dialect)
+        blanks = [c for c in guessed.columns if guessed[c].dtype == np.float64 and guessed[c].isna().any()
+                  and guessed[c].notna().any()]
+        text = pd.read_csv(BytesIO(head), usecols=blanks, dtype="string", **dialect) if blanks else None
+    except ValueError:
         return []
-    text = head(usecols=blanks, dtype="string")
     return [c for c in blanks if whole_numbers(text[c]) is not None]
 
 

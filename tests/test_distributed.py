@@ -169,10 +169,11 @@ def test_a_csv_column_that_changes_type_part_way_is_read_with_the_type_of_all_it
 
 
 def test_whole_numbers_with_empty_cells_in_a_csv_input_are_released_exactly(tmp_path):
-    """A CSV column of whole numbers with an empty cell in Dask's sample (its first rows) was guessed
-    float64: a warehouse's nullable bigint key beyond 2**53 was released rounded (2**62 + 1 as 2**62)
-    under an int64-looking name, and ``7`` as ``7.0``. Such a column is now read as text and made a
-    nullable integer: released as int64 with its nulls, every value as written, on any cluster; the
+    """A CSV column of whole numbers with an empty cell in Dask's sample (its first rows), or with no
+    value there (a sparse column), was guessed float64: a warehouse's nullable bigint key beyond 2**53
+    was released rounded (2**62 + 1 as 2**62) under an int64-looking name, and ``7`` as ``7.0``. Such
+    a column is now read as a nullable integer: released as int64 with its nulls, every value as
+    written, on any cluster; the
     evaluation reads it alike. A column of that kind whose later rows hold decimals is read again as
     float64; one of them used as a QI is released as a QI (float64), its missing cell refused or
     filled by --missing centroid."""
@@ -186,27 +187,29 @@ def test_whole_numbers_with_empty_cells_in_a_csv_input_are_released_exactly(tmp_
     dose[17_000] = "2.5"
     age = [str(int(a)) for a in rng.integers(18, 90, n)]
     age[2] = ""
+    parent = [str(2**62 + i) if i >= 100 and i % 5 == 0 else "" for i in range(n)]  # sparse: none in Dask's rows
     source = tmp_path / "keys.csv"
     pd.DataFrame({"q0": rng.normal(size=n), "q1": rng.lognormal(size=n), "key": key, "dose": dose,
-                  "age": age}).to_csv(source, index=False)
+                  "age": age, "parent": parent}).to_csv(source, index=False)
     releases = []
     for name, flags in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", 2])):
         out = _run(tmp_path, name, source, "--k", 3, "--qi", "q0,q1", *flags)
         report = json.loads((out / "_report.json").read_text())
         assert report["input_types_widened"] == {"dose": "float64"}
-        assert report["evaluation"]["checks"]["unchanged_columns"] == {"key": 0, "dose": 0, "age": 0}
+        assert report["evaluation"]["checks"]["unchanged_columns"] == {"key": 0, "dose": 0, "age": 0, "parent": 0}
         releases.append(_files(out))
     assert releases[0] == releases[1]
     released = pq.read_table(tmp_path / "sync")
     assert released.schema.field("key").type == pa.int64() and released.schema.field("age").type == pa.int64()
     assert released.column("key").to_pylist() == [int(v) if v else None for v in key]
     assert released.column("age").to_pylist() == [int(v) if v else None for v in age]
+    assert released.column("parent").to_pylist() == [int(v) if v else None for v in parent]
     assert released.schema.field("dose").type == pa.float64()
     assert released.column("dose").to_pylist() == [float(v) if v else None for v in dose]
     evaluated = tmp_path / "evaluated.json"
     microagg_cli("evaluate", source, tmp_path / "sync", "--qi", "q0,q1", "--report", evaluated, "--no-html",
                  "--scheduler", "synchronous", check=True)
-    assert json.loads(evaluated.read_text())["checks"]["unchanged_columns"] == {"key": 0, "dose": 0, "age": 0}
+    assert json.loads(evaluated.read_text())["checks"]["unchanged_columns"] == {"key": 0, "dose": 0, "age": 0, "parent": 0}
     proc = microagg_cli("anonymize", source, tmp_path / "refused", "--k", 3, "--qi", "q0,q1,age",
                         "--scheduler", "synchronous")
     assert proc.returncode == 2 and "column 'age' has 1 row(s) with a missing (NaN) value" in proc.stderr
