@@ -314,9 +314,14 @@ def main(argv=None):
     except MicroaggError as exc:
         return logs.failed(args, exc, exc.exit_code, f"microagg: error: {exc}")
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM (Terminated), SIGHUP (HungUp)
-        code, word, cause = interruption(exc)
-        return logs.failed(args, exc, code, f"microagg: {word}{cause}; nothing was written")
+        return _interrupted(args, exc)
     except Exception as exc:  # an unexpected failure: still one paragraph unless --debug
+        if interrupts.requested() is not None:
+            # a signal's exception that became another on its way out: a signal arriving while the main
+            # thread runs a Numba kernel has its handler run as the kernel's result is boxed, inside
+            # Numba's call back into Python, and Numba raises SystemError ("returned a result with an
+            # exception set"); that exited 1, an internal error
+            return _interrupted(args, interrupts.requested()())
         if is_cluster_failure(exc):  # workers lost beyond the retries, the scheduler gone (jobs/exit_codes.py)
             return logs.failed(args, exc, EXIT_CLUSTER, f"microagg: error: the Dask cluster failed "
                                                         f"({type(exc).__name__}): {exc}. Nothing was written.")
@@ -340,6 +345,13 @@ def main(argv=None):
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         interrupts.clear()
+
+
+def _interrupted(args, exc):
+    """Report the interruption ``exc`` (a ``KeyboardInterrupt``: Ctrl-C, :class:`Terminated`,
+    :class:`HungUp`) that ended a command; returns its exit code."""
+    code, word, cause = interruption(exc)
+    return logs.failed(args, exc, code, f"microagg: {word}{cause}; nothing was written")
 
 
 def _unseen_by_workers(exc):

@@ -272,6 +272,8 @@ def _watching_workers(client, scheduler, timeout):
     import threading
     import time
 
+    from ..pipeline import interrupts
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -283,6 +285,7 @@ def _watching_workers(client, scheduler, timeout):
         # watch's time, a handler that raises for the watch's SIGINT only: Ctrl-C stays ignored.
         def watch_only(signum, frame):
             if failure:
+                interrupts.request(KeyboardInterrupt)  # raised again at the next check if Python drops it
                 raise KeyboardInterrupt
 
         ignoring = signal.signal(signal.SIGINT, watch_only)
@@ -308,7 +311,7 @@ def _watching_workers(client, scheduler, timeout):
     watcher.start()
     try:
         yield
-    except KeyboardInterrupt:
+    except BaseException:  # the watch's SIGINT: KeyboardInterrupt, or the SystemError of one raised in a Numba call
         if failure:
             from ..pipeline.errors import ClusterError
 

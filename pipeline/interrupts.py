@@ -24,6 +24,11 @@ def clear():
     _requested = None
 
 
+def requested():
+    """The exception class a signal asked for, or None."""
+    return _requested
+
+
 def check():
     """Raise the exception a signal asked for, if one did."""
     if _requested is not None:

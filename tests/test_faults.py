@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -353,6 +354,104 @@ def test_a_signal_whose_exception_python_drops_still_stops_the_job(tmp_path, mon
     # the request is forgotten with the job: the next one in this process runs
     monkeypatch.setattr(release, "column_statistics", statistics)
     assert release.run("example:census", tmp_path / "after", release.ReleaseOptions(k=5))["rows"] == 1080
+
+
+def _spins(n):
+    """Runs a while (about 0.5 s for 1e9), then returns a tuple holding a 2-D array, which Numba boxes
+    with a call back into Python."""
+    out = np.zeros((2, 3))
+    for i in range(n):
+        out[i % 2, 0] += i * 1e-9
+    return out, out[:, 0].copy()
+
+
+@pytest.mark.parametrize("signum, code, sentence", [
+    (signal.SIGTERM, 143, "terminated (SIGTERM); nothing was written"),
+    (signal.SIGINT, 130, "interrupted; nothing was written"),
+    (signal.SIGHUP, 129, "hung up (SIGHUP: its terminal closed); nothing was written"),
+], ids=["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_signal_during_a_numba_kernel_stops_the_job_as_that_signal(monkeypatch, capsys, signum, code, sentence):
+    """A signal that arrives while the main thread runs a Numba kernel (the split tree's build, in the
+    blocks stage): Python runs its handler when the kernel's result is boxed, inside Numba's call back
+    into Python, and Numba raises SystemError ("returned a result with an exception set") in place of
+    the handler's exception. The job exited 1, "internal error" (the terminal test above failed so,
+    once in a full run); it now stops as the signal asks."""
+    import numba
+
+    from microagg.jobs import cli
+
+    kernel = numba.njit(_spins)
+    kernel(10)  # compiled before the signal's clock starts
+    raised = []
+
+    def command(args):
+        threading.Timer(0.2, os.kill, (os.getpid(), signum)).start()
+        try:
+            kernel(4_000_000_000)
+        except BaseException as exc:
+            raised.append(type(exc).__name__)
+            raise
+        return 0
+
+    monkeypatch.setitem(cli.COMMANDS, "methods", command)
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGHUP: signal.SIG_DFL}  # as from a terminal
+    previous = {s: signal.signal(s, h) for s, h in defaults.items()}
+    try:
+        got = cli.main(["methods"])
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    assert raised == ["SystemError"]  # Numba's, with the handler's exception as its cause
+    assert got == code and sentence in capsys.readouterr().err
+
+
+def test_the_worker_watch_s_interrupt_is_the_cluster_s_failure_however_it_arrives(monkeypatch):
+    """The worker watch interrupts the main thread (SIGINT) once the scheduler has lost every worker for
+    its timeout; with SIGINT ignored (a job started with `&` from a script) by a handler of its own.
+    That interruption came out as Numba's SystemError when it arrived during a kernel (exit 1, an
+    internal error), and was lost when Python dropped it in a finalizer (the job went on waiting). Both
+    are now the cluster's failure, :class:`ClusterError` (exit 4)."""
+    import numba
+
+    from microagg.jobs import cluster
+    from microagg.pipeline import interrupts
+    from microagg.pipeline.errors import ClusterError
+
+    class NoWorkers:
+        def scheduler_info(self, **kwargs):
+            return {"workers": {}}
+
+    class Waits:
+        """Collected at once: its ``__del__`` runs until the watch's SIGINT interrupts it, and Python
+        drops the handler's exception."""
+
+        def __del__(self):
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                pass
+
+    monkeypatch.setattr(cluster, "WATCH_INTERVAL", 0.05)
+    kernel = numba.njit(_spins)
+    kernel(10)
+    lost = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: lost.append(type(u.exc_value).__name__))
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for body in ("kernel", "finalizer"):
+            interrupts.clear()
+            with pytest.raises(ClusterError, match="lost every worker during the job"):
+                with cluster._watching_workers(NoWorkers(), "tcp://gone:8786", 0.2):
+                    if body == "kernel":
+                        time.sleep(0.1)  # the watch has seen no worker (the kernel holds the GIL)
+                        kernel(4_000_000_000)
+                    else:
+                        Waits()
+                        assert lost == ["KeyboardInterrupt"]  # Python did drop it
+                        interrupts.check()  # what the pipeline does at every stage's end
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN, body  # Ctrl-C ignored again
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        interrupts.clear()
 
 
 # --- which temporary directories are stale ---------------------------------------------------------
