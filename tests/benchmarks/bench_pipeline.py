@@ -999,8 +999,9 @@ def files(args):
 
 
 def csv_extracts(rows, root):
-    """The extract as one CSV file with a postcode column of numbers, and as the same file with one
-    text postcode at 90 % of the rows (cached)."""
+    """The extract as one CSV file with a postcode column of numbers; the same file with one text
+    postcode at 90 % of the rows; and the first file with a nullable bigint key, a warehouse's (2**62
+    + the row, empty in every tenth row: read exactly as nullable integers) (cached)."""
     import pandas as pd
 
     source = make_extract(rows, root)
@@ -1009,11 +1010,14 @@ def csv_extracts(rows, root):
         df = pd.concat([pd.read_parquet(part) for part in sorted(source.glob("part-*.parquet"))], ignore_index=True)
         df["postcode"] = (df.index % 90_000 + 10_000).astype(str)
         df.to_csv(path / "numbers.csv", index=False)
+        keyed = df.assign(key=pd.array([2**62 + i if i % 10 else None for i in range(rows)], dtype="Int64"))
+        keyed.to_csv(path / "bigint-key.csv", index=False)
         df.loc[int(0.9 * rows), "postcode"] = "SW1A 1AA"
         df.to_csv(path / "late-text.csv", index=False)
 
-    path = _cached(Path(root) / f"extract-{rows}-csv", build)
-    return {"postcodes all numbers": path / "numbers.csv", "one text postcode at 90 %": path / "late-text.csv"}
+    path = _cached(Path(root) / f"extract-{rows}-csv2", build)
+    return {"postcodes all numbers": path / "numbers.csv", "one text postcode at 90 %": path / "late-text.csv",
+            "a nullable bigint key": path / "bigint-key.csv"}
 
 
 def csv_types(args):
