@@ -17,8 +17,7 @@ class CSVTypeChange(InputError):
     """A CSV column's values change type part-way through the input: Dask guessed the column's type
     from the first rows (numbers), and a later row holds text, or an empty cell in a column of whole
     numbers, or a decimal in a column of whole numbers and empty cells. The callers read the input
-    again with every column's type decided from all its rows
-    (``pipeline.io.csv_types``)."""
+    again with every column's type decided from all its rows (``pipeline.io.csv_types``)."""
 
 
 class ReleaseGateError(MicroaggError):

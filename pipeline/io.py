@@ -628,8 +628,8 @@ def compute_reading(*objs):
 def _block_kinds(block, names, first, dialect, qi):
     """How pandas reads one block of a CSV file on its own: ``{column: kind}`` (the dtype's kind:
     ``i`` whole numbers, ``f`` numbers, ``b`` booleans, ``O`` text; ``n`` whole numbers and empty
-    cells, which pandas reads as float64; ``e`` no value at all) and, for
-    each QI of ``qi`` read as text, ``(rows that are not numbers, the first)``."""
+    cells, which pandas reads as float64; ``e`` no value at all) and, for each QI of ``qi`` read as
+    text, ``(rows that are not numbers, the first)``."""
     from io import BytesIO
 
     import pandas as pd
@@ -683,9 +683,9 @@ def csv_types(path, numbers=None, blocksize=CSV_BLOCKSIZE, csv=None):
     one pass that reads every block as pandas does on its own: ``{column: dtype}`` for
     :func:`read_input`'s ``dtypes`` (text for a column whose later rows hold text, float64 for whole
     numbers with decimals further on, nullable integers for whole numbers with empty cells further on,
-    nullable booleans). ``numbers``: the columns that must hold
-    numbers, ``{column: its role}`` ("quasi-identifier", "weights"); :class:`InputError` names each
-    that holds text, with its role, its count of such rows and an example."""
+    nullable booleans). ``numbers``: the columns that must hold numbers, ``{column: its role}``
+    ("quasi-identifier", "weights"); :class:`InputError` names each that holds text, with its role,
+    its count of such rows and an example."""
     import dask
     from dask.bytes import read_bytes
 
