@@ -116,12 +116,28 @@ class _JsonHandler(logging.StreamHandler):
         return super().filter(record)
 
 
+class _QuietGatherExits(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" records for Dask's ``AllExit``: the
+    sentinel that ``Client.gather``'s wait for each result raises once the gather is abandoned, and
+    which Dask itself treats as quiet. A job interrupted while it gathered (Ctrl-C, SIGTERM, SIGHUP in
+    the statistics stage, or during ``generate``) printed a dozen such tracebacks (ERROR events in
+    JSON) above its one line "terminated (SIGTERM); nothing was written"."""
+
+    def filter(self, record):
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (type(exc).__name__ == "AllExit" and type(exc).__module__.startswith("distributed"))
+
+
+_QUIET_GATHER_EXITS = _QuietGatherExits()
+
+
 def setup(log_format, level):
     """Install the ``log_format`` output on the root logger (after ``logging.basicConfig``).
 
     ``level`` is the console level (WARNING, or DEBUG with ``--debug``). Calling it again (another
     in-process ``main``) replaces what the previous call installed."""
     root = logging.getLogger()
+    logging.getLogger("asyncio").addFilter(_QUIET_GATHER_EXITS)  # once: a filter is added only once
     if _state["handler"] is not None:
         root.removeHandler(_state["handler"])
         _state["handler"] = None

@@ -304,6 +304,29 @@ def test_a_job_whose_terminal_closes_unwinds_and_leaves_nothing(tmp_path, data, 
         assert not out.exists()
 
 
+def test_a_job_interrupted_while_it_gathers_says_one_line(tmp_path):
+    """SIGTERM while ``generate`` gathers its files (the first written, the others still running):
+    exit 143, nothing at OUTPUT, and its one line on stderr. Dask's abandoned gather printed a "Task
+    exception was never retrieved ... AllExit" traceback for each file still pending (about thirty
+    here) above that line; ``anonymize`` did so too when stopped in its statistics stage."""
+    out = tmp_path / "generated"
+    proc = subprocess.Popen([str(BIN / "microagg"), "generate", str(out), "--rows", "20000000", "--files", "40",
+                             "--seed", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob(".*microagg-tmp-*/*.parquet")):  # the first file is written
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines() == ["microagg: terminated (SIGTERM); nothing was written"], err
+    assert not out.exists() and not temporaries(out)
+
+
 class _SignalledInFinalizer:
     """Collected at once: its ``__del__`` sends ``signum`` to this process and runs the handler inside
     itself, so Python drops the handler's exception ("Exception ignored in ..."): what happened to a
