@@ -468,13 +468,22 @@ def _sampled_integers(files, dialect):
         if len(head) == SAMPLE_BYTES:
             head += fh.readline()
     try:
-        guessed = pd.read_csv(BytesIO(head), **dialect)
-        blanks = [c for c in guessed.columns if guessed[c].dtype == np.float64 and guessed[c].isna().any()
-                  and guessed[c].notna().any()]
-        text = pd.read_csv(BytesIO(head), usecols=blanks, dtype="string", **dialect) if blanks else None
+        return _with_integers(lambda **options: pd.read_csv(BytesIO(head), **dialect, **options))[1]
     except ValueError:
         return []
-    return [c for c in blanks if whole_numbers(text[c]) is not None]
+
+
+def _with_integers(read):
+    """``(frame, columns)``: one piece of a CSV input as pandas reads it (``read(**options)``, its
+    ``pandas.read_csv``), and its columns of whole numbers with empty cells, which pandas reads as
+    float64 (read again as text, those :func:`whole_numbers` takes)."""
+    frame = read()
+    blanks = [c for c in frame.columns if frame[c].dtype == np.float64 and frame[c].isna().any()
+              and frame[c].notna().any()]
+    if not blanks:
+        return frame, []
+    written = read(usecols=blanks, dtype="string")
+    return frame, [c for c in blanks if whole_numbers(written[c]) is not None]
 
 
 def _read_csv(source, **options):
@@ -638,12 +647,9 @@ def _block_kinds(block, names, first, dialect, qi):
         return pd.read_csv(BytesIO(block), header=0 if first else None, names=None if first else names, **dialect,
                            **options)
 
-    frame = read()
+    frame, integers = _with_integers(read)
     kinds = {c: "e" if frame[c].isna().all() else frame[c].dtype.kind for c in frame.columns}
-    blanks = [c for c, kind in kinds.items() if kind == "f" and frame[c].isna().any()]
-    if blanks:
-        written = read(usecols=blanks, dtype="string")
-        kinds.update({c: "n" for c in blanks if whole_numbers(written[c]) is not None})
+    kinds.update(dict.fromkeys(integers, "n"))
     text = {}
     for column in qi:
         if kinds.get(column) not in ("i", "u", "f", "n", "e"):
