@@ -453,12 +453,14 @@ def whole_numbers(values):
 
 def _sampled_integers(files, dialect):
     """The columns of a CSV input (its data files, :class:`_CSVFiles`, in ``dialect``) that hold whole
-    numbers and empty cells in the first :data:`SAMPLE_BYTES` of its first file. Dask guesses such a
-    column float64 if its first ten rows hold an empty cell, or if they hold no value at all (a sparse
-    column), and float64 holds integers exactly only up to 2**53: a warehouse's nullable bigint key
-    (2**62 + 1) was released rounded (2**62), and ``7`` as ``7.0``. They are read as pandas'
-    nullable Int64 instead (:func:`_read_csv`). A sample that pandas cannot parse (cut inside a quoted
-    field) leaves Dask's guess."""
+    numbers and empty cells, or no value at all, in the first :data:`SAMPLE_BYTES` of its first file.
+    Dask guesses such a column float64 if its first ten rows hold an empty cell, or if they hold no
+    value at all (a sparse column), and float64 holds integers exactly only up to 2**53: a warehouse's
+    nullable bigint key (2**62 + 1) was released rounded (2**62), and ``7`` as ``7.0``. They are read
+    as pandas' nullable Int64 instead (:func:`_read_csv`); a column with no value in the sample whose
+    later rows hold decimals, text or booleans is then read again with their type (at the cost of a
+    type pass over the input, :func:`read_retyped`). A sample that pandas cannot parse (cut inside a
+    quoted field) leaves Dask's guess."""
     from io import BytesIO
 
     import pandas as pd
@@ -468,9 +470,10 @@ def _sampled_integers(files, dialect):
         if len(head) == SAMPLE_BYTES:
             head += fh.readline()
     try:
-        return _with_integers(lambda **options: pd.read_csv(BytesIO(head), **dialect, **options))[1]
+        frame, integers = _with_integers(lambda **options: pd.read_csv(BytesIO(head), **dialect, **options))
     except ValueError:
         return []
+    return integers + [c for c in frame.columns if frame[c].dtype == np.float64 and frame[c].isna().all()]
 
 
 def _with_integers(read):
@@ -672,6 +675,8 @@ def _widened(guessed, kinds):
     values = set(kinds) - {"e"}
     if "O" in values or not values <= {"i", "u", "f", "b", "n"} or ("b" in values and len(values) > 1):
         return "string"
+    if values == {"b"} and not pd.api.types.is_bool_dtype(guessed):  # no value in the sample: guessed Int64
+        return "boolean"
     if pd.api.types.is_bool_dtype(guessed):
         return "boolean" if "e" in kinds else None
     if not pd.api.types.is_integer_dtype(guessed):

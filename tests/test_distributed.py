@@ -171,12 +171,12 @@ def test_a_csv_column_that_changes_type_part_way_is_read_with_the_type_of_all_it
 def test_whole_numbers_with_empty_cells_in_a_csv_input_are_released_exactly(tmp_path):
     """A CSV column of whole numbers with an empty cell in Dask's sample (its first rows), or with no
     value there (a sparse column), was guessed float64: a warehouse's nullable bigint key beyond 2**53
-    was released rounded (2**62 + 1 as 2**62) under an int64-looking name, and ``7`` as ``7.0``. Such
-    a column is now read as a nullable integer: released as int64 with its nulls, every value as
-    written, on any cluster; the
-    evaluation reads it alike. A column of that kind whose later rows hold decimals is read again as
-    float64; one of them used as a QI is released as a QI (float64), its missing cell refused or
-    filled by --missing centroid."""
+    was released rounded (2**62 + 1 as 2**62) under an int64-looking name, and ``7`` as ``7.0``; so
+    was one with no value in the first 256 kB, even after the type pass. Such a column is now read as
+    a nullable integer: released as int64 with its nulls, every value as written, on any cluster; the
+    evaluation reads it alike. A column of that kind whose later rows hold decimals (or text) is read
+    again as float64 (or text); one of them used as a QI is released as a QI (float64), its missing
+    cell refused or filled by --missing centroid."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -188,15 +188,22 @@ def test_whole_numbers_with_empty_cells_in_a_csv_input_are_released_exactly(tmp_
     age = [str(int(a)) for a in rng.integers(18, 90, n)]
     age[2] = ""
     parent = [str(2**62 + i) if i >= 100 and i % 5 == 0 else "" for i in range(n)]  # sparse: none in Dask's rows
+    # none in the first 256 kB either: a bigint key, decimals, booleans (with empty cells: text, as pandas reads them)
+    late = [str(2**62 + i) if i >= 10_000 and i % 7 == 0 else "" for i in range(n)]
+    refund = ["12.5" if i >= 10_000 and i % 9 == 0 else "" for i in range(n)]
+    opted = ["True" if i >= 10_000 and i % 11 == 0 else "" for i in range(n)]
     source = tmp_path / "keys.csv"
     pd.DataFrame({"q0": rng.normal(size=n), "q1": rng.lognormal(size=n), "key": key, "dose": dose,
-                  "age": age, "parent": parent}).to_csv(source, index=False)
+                  "age": age, "parent": parent, "late": late, "refund": refund, "opted": opted}).to_csv(source,
+                                                                                                        index=False)
+    assert source.read_bytes()[:256_000].count(b"\n") < 10_000
+    columns = dict.fromkeys(["key", "dose", "age", "parent", "late", "refund", "opted"], 0)
     releases = []
     for name, flags in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", 2])):
         out = _run(tmp_path, name, source, "--k", 3, "--qi", "q0,q1", *flags)
         report = json.loads((out / "_report.json").read_text())
-        assert report["input_types_widened"] == {"dose": "float64"}
-        assert report["evaluation"]["checks"]["unchanged_columns"] == {"key": 0, "dose": 0, "age": 0, "parent": 0}
+        assert report["input_types_widened"] == {"dose": "float64", "refund": "float64", "opted": "string"}
+        assert report["evaluation"]["checks"]["unchanged_columns"] == columns
         releases.append(_files(out))
     assert releases[0] == releases[1]
     released = pq.read_table(tmp_path / "sync")
@@ -204,12 +211,15 @@ def test_whole_numbers_with_empty_cells_in_a_csv_input_are_released_exactly(tmp_
     assert released.column("key").to_pylist() == [int(v) if v else None for v in key]
     assert released.column("age").to_pylist() == [int(v) if v else None for v in age]
     assert released.column("parent").to_pylist() == [int(v) if v else None for v in parent]
+    assert released.column("late").to_pylist() == [int(v) if v else None for v in late]
     assert released.schema.field("dose").type == pa.float64()
     assert released.column("dose").to_pylist() == [float(v) if v else None for v in dose]
+    assert released.column("refund").to_pylist() == [float(v) if v else None for v in refund]
+    assert released.column("opted").to_pylist() == [v or None for v in opted]
     evaluated = tmp_path / "evaluated.json"
     microagg_cli("evaluate", source, tmp_path / "sync", "--qi", "q0,q1", "--report", evaluated, "--no-html",
                  "--scheduler", "synchronous", check=True)
-    assert json.loads(evaluated.read_text())["checks"]["unchanged_columns"] == {"key": 0, "dose": 0, "age": 0, "parent": 0}
+    assert json.loads(evaluated.read_text())["checks"]["unchanged_columns"] == columns
     proc = microagg_cli("anonymize", source, tmp_path / "refused", "--k", 3, "--qi", "q0,q1,age",
                         "--scheduler", "synchronous")
     assert proc.returncode == 2 and "column 'age' has 1 row(s) with a missing (NaN) value" in proc.stderr
@@ -239,14 +249,20 @@ def test_whole_numbers_with_empty_cells_in_a_csv_input_are_released_exactly(tmp_
     ("bool", ["2", "3"], "string"),
     ("int64", ["true", "1"], "string"),
     ("object", ["1", "x"], None),
+    ("empty", ["", "2"], None),  # no value in the sample: guessed Int64
+    ("empty", ["", ""], None),
+    ("empty", ["1.5", ""], "float64"),
+    ("empty", ["True", "False"], "boolean"),
+    ("empty", ["True", ""], "string"),
+    ("empty", ["x", "2"], "string"),
 ])
 def test_the_type_a_csv_column_needs_for_its_later_rows(guessed, later, widened):
     from microagg.pipeline import io
 
-    value = {"int64": "1", "Int64": "1\n0,", "float64": "1.5", "bool": "True", "object": "a"}[guessed]
+    value = {"int64": "1", "Int64": "1\n0,", "float64": "1.5", "bool": "True", "object": "a", "empty": ""}[guessed]
     first, _ = io._block_kinds(f"x,c\n0,{value}\n".encode(), None, True, {}, ())
     kinds, _ = io._block_kinds("".join(f"0,{v}\n" for v in later).encode(), ["x", "c"], False, {}, ())
-    guess = (pd.Int64Dtype() if guessed == "Int64"  # whole numbers and an empty cell in the first rows
+    guess = (pd.Int64Dtype() if guessed in ("Int64", "empty")  # whole numbers and an empty cell, or no value, first
              else pd.read_csv(__import__("io").StringIO(f"c\n{value}\n"))["c"].dtype)
     assert io._widened(guess, {first["c"], kinds["c"]}) == widened
 

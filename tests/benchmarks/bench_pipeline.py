@@ -66,9 +66,10 @@ releases are the same bytes.
 
 ``csv``: the extract as one CSV file with a ``postcode`` column of numbers, and the same file with
 one postcode of text at 90 % of the rows (past the rows Dask guesses the types from: the job's first
-pass fails, the input is read again with the types of all its rows), ``microagg anonymize`` on each,
-alternated ``--runs`` times: seconds, the stages, the ratio of the second's best to the first's, the
-IL (the same: only the postcode's type differs).
+pass fails, the input is read again with the types of all its rows), the first with a nullable bigint
+key, and the first with a decimal column that has no value in its first 10,000 rows (read again, as
+the text postcode), ``microagg anonymize`` on each, alternated ``--runs`` times: seconds, the stages,
+the ratio of each one's best to the first's, the IL (the same: only the other columns differ).
 
 ``ties``: the extract, and the same rows with 90 % of the records all zeros (every QI: people with
 no income in tax data), ``microagg anonymize`` with each of ``--methods`` on each, alternated
@@ -1000,8 +1001,10 @@ def files(args):
 
 def csv_extracts(rows, root):
     """The extract as one CSV file with a postcode column of numbers; the same file with one text
-    postcode at 90 % of the rows; and the first file with a nullable bigint key, a warehouse's (2**62
-    + the row, empty in every tenth row: read exactly as nullable integers) (cached)."""
+    postcode at 90 % of the rows; the first file with a nullable bigint key, a warehouse's (2**62
+    + the row, empty in every tenth row: read exactly as nullable integers); and the first file with a
+    sparse decimal column, a refund empty in its first 10,000 rows (guessed a nullable integer from the
+    sample, which holds no value of it: read again as float64 after a type pass) (cached)."""
     import pandas as pd
 
     source = make_extract(rows, root)
@@ -1012,12 +1015,15 @@ def csv_extracts(rows, root):
         df.to_csv(path / "numbers.csv", index=False)
         keyed = df.assign(key=pd.array([2**62 + i if i % 10 else None for i in range(rows)], dtype="Int64"))
         keyed.to_csv(path / "bigint-key.csv", index=False)
+        refunds = [12.5 + i % 100 if i >= 10_000 and i % 50 == 0 else None for i in range(rows)]
+        df.assign(refund=pd.array(refunds, dtype="Float64")).to_csv(path / "sparse-refund.csv", index=False)
         df.loc[int(0.9 * rows), "postcode"] = "SW1A 1AA"
         df.to_csv(path / "late-text.csv", index=False)
 
-    path = _cached(Path(root) / f"extract-{rows}-csv2", build)
+    path = _cached(Path(root) / f"extract-{rows}-csv3", build)
     return {"postcodes all numbers": path / "numbers.csv", "one text postcode at 90 %": path / "late-text.csv",
-            "a nullable bigint key": path / "bigint-key.csv"}
+            "a nullable bigint key": path / "bigint-key.csv", "a decimal column empty in its first rows":
+            path / "sparse-refund.csv"}
 
 
 def csv_types(args):
