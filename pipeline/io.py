@@ -372,7 +372,9 @@ class ExactIntegersEngine(ArrowDatasetEngine):
     of 1.0, not 1, whenever its column held a null. Every other column is read as before: integers
     without a null stay NumPy integers. (A types mapper given to ``read_parquet`` instead maps every
     column of a type; and Dask 2026.8 writes its own into those options at each conversion, which could
-    then no longer be tokenized. The options handed to Dask here are a fresh copy.)"""
+    then no longer be tokenized. The options handed to Dask here are a fresh copy.) It also reads an
+    input's INT96 timestamps in the unit of the dataset format given to ``read_parquet``
+    (:func:`int96_unit`)."""
 
     @classmethod
     def _arrow_table_to_pandas(cls, arrow_table, categories, dtype_backend=None, convert_string=False, **kwargs):
@@ -385,6 +387,79 @@ class ExactIntegersEngine(ArrowDatasetEngine):
             if name in frame.columns:
                 frame[name] = arrow_table.column(name).to_pandas(types_mapper=exact_integers).array
         return frame
+
+    @classmethod
+    def _read_table(cls, path_or_frag, fs, row_groups, columns, schema, filters, partitions, partition_keys,
+                    **kwargs):
+        # Dask reads a file by its path with pyarrow.parquet, which ignores the dataset's format and
+        # its INT96 unit (:func:`int96_unit`): such a file is read as a fragment of that format, by
+        # Dask if it is a hive partition's (as when it has yet to find the partition's keys), else here,
+        # in the file's own types (as a read by path: Dask casts a fragment to the first file's)
+        import pyarrow.dataset as pa_ds
+        from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+        form = kwargs.get("dataset", {}).get("format")
+        unit = "ns" if form is None else form.read_options.coerce_int96_timestamp_unit
+        if unit == "ns" or isinstance(path_or_frag, pa_ds.ParquetFileFragment) or columns is None:
+            return super()._read_table(path_or_frag, fs, row_groups, columns, schema, filters, partitions,
+                                       partition_keys, **kwargs)
+        if partitions:
+            return super()._read_table(path_or_frag, fs, row_groups, columns, schema, filters, partitions, None,
+                                       **kwargs)
+        fragment = form.make_fragment(path_or_frag, filesystem=PyFileSystem(FSSpecHandler(fs)))
+        if row_groups != [None]:
+            fragment = fragment.subset(row_group_ids=row_groups)
+        return fragment.to_table(columns=[c for c in columns if c is not None], use_threads=False)
+
+
+def int96_unit(fs, names, footers):
+    """The unit a Parquet input's INT96 timestamps are read in (Spark's default timestamp type, Hive's
+    and Impala's): None, nanoseconds (pyarrow's default), if every value fits them; else "us". In
+    nanoseconds pyarrow wraps a value beyond 1677-09-21..2262-04-11 silently: a warehouse's open-ended
+    ``9999-12-31`` was released as ``1816-03-30``. The INT96 columns are read in both units (one
+    column pass over the input) to find out. A column that holds such a value and one with digits below
+    the microsecond (or two columns, one of each) has no unit that holds it: :class:`InputError`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    columns = sorted({footer.schema.column(i).name for footer in footers for i in range(footer.num_columns)
+                      if footer.schema.column(i).physical_type == "INT96"
+                      and footer.schema.column(i).path == footer.schema.column(i).name})
+    if not columns:
+        return None
+    low, high = np.iinfo(np.int64).min // 1000 + 1, np.iinfo(np.int64).max // 1000
+
+    def scan(name):
+        def read(unit):
+            with fs.open(name, "rb") as fh:
+                table = pq.ParquetFile(fh, coerce_int96_timestamp_unit=unit).read(columns=columns)
+            return {c: table.column(c).cast(pa.int64()) for c in columns}
+
+        micros, nanos = read("us"), read("ns")
+        found = {}
+        for c in columns:
+            outside = pc.or_(pc.less(micros[c], low), pc.greater(micros[c], high))
+            finer = pc.and_(pc.invert(outside), pc.not_equal(pc.multiply(micros[c], 1000), nanos[c]))
+            found[c] = (pc.sum(outside).as_py() or 0, pc.sum(finer).as_py() or 0)
+        return found
+
+    with ThreadPoolExecutor(min(16, len(names))) as pool:
+        found = list(pool.map(scan, names))
+    outside = {c: sum(f[c][0] for f in found) for c in columns}
+    finer = {c: sum(f[c][1] for f in found) for c in columns}
+    if not any(outside.values()):
+        return None
+    if any(finer.values()):
+        wide = [f"{c!r} ({n} row(s))" for c, n in outside.items() if n]
+        fine = [f"{c!r} ({n} row(s))" for c, n in finer.items() if n]
+        raise InputError(f"the input's INT96 timestamps fit no one unit: column(s) {', '.join(wide)} hold dates "
+                         f"outside 1677-09-21..2262-04-11, which need microseconds, and column(s) {', '.join(fine)} "
+                         f"hold digits below the microsecond, which need nanoseconds; rewrite the files with "
+                         f"INT64 timestamps (Spark: spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS)")
+    return "us"
 
 
 def integers_with_nulls(schema, footers):
@@ -536,6 +611,7 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, 
     fmt, urlpath = resolve_input(path)
     schema = problem = None
     exact = ()
+    read_options = {}
     if fmt == "csv":
         files, csv = _csv_data_files(path, urlpath, csv or {})
     else:
@@ -551,6 +627,16 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, 
                 problem = exc
             else:
                 exact = integers_with_nulls(schema, footers)
+                unit = int96_unit(files[0], names, footers)
+                if unit is not None:
+                    import pyarrow as pa
+                    import pyarrow.dataset as pa_ds
+
+                    read_options = {"dataset": {"format": pa_ds.ParquetFileFormat(coerce_int96_timestamp_unit=unit)}}
+                    fixed = {footers[0].schema.column(i).name for i in range(footers[0].num_columns)
+                             if footers[0].schema.column(i).physical_type == "INT96"}
+                    schema = pa.schema([f.with_type(pa.timestamp(unit)) if f.name in fixed else f for f in schema],
+                                       metadata=schema.metadata)
     try:
         if fmt == "csv":
             compressed = files.compression(path) is not None  # read whole: a compressed file is not split
@@ -566,7 +652,7 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, 
             # files without a Parquet suffix (Hive's 000000_0): Dask, which filters by suffix, must read them all
             unnamed = not any(f.lower().endswith(_PARQUET_SUFFIXES) for f in files[1])
             ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False,
-                                  engine=ExactIntegersEngine, arrow_to_pandas={EXACT_INTEGERS: exact},
+                                  engine=ExactIntegersEngine, arrow_to_pandas={EXACT_INTEGERS: exact}, **read_options,
                                   **({"parquet_file_extension": None} if unnamed else {}))
     except (OSError, ValueError) as exc:
         if fmt == "parquet" and "duplicate field" in str(exc):

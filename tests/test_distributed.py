@@ -693,6 +693,68 @@ def test_the_release_keeps_the_input_schema(tmp_path):
     assert released.column("household").to_pylist() == expected
 
 
+def test_int96_timestamps_beyond_the_nanosecond_range_are_released_as_they_are(tmp_path, monkeypatch):
+    """Spark writes timestamps as INT96 by default; pyarrow reads them in nanoseconds and wraps a value
+    beyond 1677..2262 silently: a warehouse's open-ended ``9999-12-31 23:59:59`` was released as
+    ``1816-03-30 05:56:07`` (and the evaluation, reading both alike, found the column unchanged).
+    Such an input is now read in microseconds: every value released as it is, on any cluster and
+    partitioning. An input whose INT96 values all fit nanoseconds keeps them (digits below the
+    microsecond too); one that needs both units is refused, naming the columns, with nothing written."""
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from microagg.pipeline import io
+
+    rng = np.random.default_rng(3)
+    n = 6000
+    valid_to = [None if i % 13 == 0 else dt.datetime(9999, 12, 31, 23, 59, 59) if i % 3 else
+                dt.datetime(2020, 1, 1) + dt.timedelta(microseconds=int(i) * 1_000_001) for i in range(n)]
+    born = [dt.datetime(1, 1, 1) if i % 17 == 0 else dt.datetime(1950, 6, 1, 12, 30) for i in range(n)]
+    table = pa.table({"q0": rng.normal(size=n), "q1": rng.normal(size=n),
+                      "valid_to": pa.array(valid_to, pa.timestamp("us")), "born": pa.array(born, pa.timestamp("us"))})
+    source = tmp_path / "spark"
+    source.mkdir()
+    for i in range(3):
+        pq.write_table(table.slice(i * 2000, 2000), source / f"part-{i}.parquet", row_group_size=500,
+                       use_deprecated_int96_timestamps=True)
+    assert pq.ParquetFile(source / "part-0.parquet").metadata.schema.column(2).physical_type == "INT96"
+    monkeypatch.setattr(io, "PARQUET_BLOCKSIZE", "8KiB")  # row groups read apart, as parts of a large file
+    ddf = io.read_input(source)
+    assert ddf.npartitions > 3
+    got = ddf.compute()
+    assert got["valid_to"].tolist() == [pd.NaT if v is None else pd.Timestamp(v) for v in valid_to]
+    assert got["born"].tolist() == [pd.Timestamp(v) for v in born]
+    releases = []
+    for name, flags in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", 2])):
+        out = _run(tmp_path, name, source, "--k", 3, "--qi", "q0,q1", *flags)
+        report = json.loads((out / "_report.json").read_text())
+        assert report["evaluation"]["checks"]["unchanged_columns"] == {"valid_to": 0, "born": 0}
+        releases.append(_files(out))
+    assert releases[0] == releases[1]
+    released = pq.read_table(tmp_path / "sync")
+    assert released.schema.field("valid_to").type == pa.timestamp("us")
+    assert released.column("valid_to").to_pylist() == valid_to
+    assert released.column("born").to_pylist() == born
+    # all within nanoseconds: read in nanoseconds, as before, the digits below the microsecond kept
+    # row i: i seconds and 7i nanoseconds after 2020-09-13 (all but every 1000th row have nanoseconds)
+    seen = pa.array(np.arange(n) * 1_000_000_007 + 1_600_000_000_000_000_000, pa.timestamp("ns"))
+    pq.write_table(table.drop(["valid_to", "born"]).append_column("seen", seen), tmp_path / "fine.parquet",
+                   use_deprecated_int96_timestamps=True)
+    out = _run(tmp_path, "fine", tmp_path / "fine.parquet", "--k", 3, "--qi", "q0,q1", "--no-evaluate",
+               "--scheduler", "synchronous")
+    assert pq.read_table(out).column("seen").to_pylist() == seen.to_pylist()
+    both = table.append_column("seen", seen)
+    pq.write_table(both, tmp_path / "both.parquet", use_deprecated_int96_timestamps=True)
+    proc = microagg_cli("anonymize", tmp_path / "both.parquet", tmp_path / "refused", "--k", 3, "--qi", "q0,q1",
+                        "--scheduler", "synchronous")
+    assert proc.returncode == 2, proc.stderr
+    assert ("column(s) 'born' (353 row(s)), 'valid_to' (3692 row(s)) hold dates outside" in proc.stderr
+            and "column(s) 'seen' (5994 row(s)) hold digits below the microsecond" in proc.stderr), proc.stderr
+    assert not (tmp_path / "refused").exists()
+
+
 def test_a_hive_partitioned_input_keeps_its_partition_column(tmp_path):
     """A column named by directories (``region=north/...``), not in the files' schema: released with
     every row's value, as Dask reads it (a dictionary of strings)."""
