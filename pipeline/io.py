@@ -412,6 +412,13 @@ class ExactIntegersEngine(ArrowDatasetEngine):
         return fragment.to_table(columns=[c for c in columns if c is not None], use_threads=False)
 
 
+def int96_columns(footers):
+    """The columns that Parquet files (their ``footers``) store as INT96 timestamps (top-level ones)."""
+    return sorted({footer.schema.column(i).name for footer in footers for i in range(footer.num_columns)
+                   if footer.schema.column(i).physical_type == "INT96"
+                   and footer.schema.column(i).path == footer.schema.column(i).name})
+
+
 def int96_unit(fs, names, footers):
     """The unit a Parquet input's INT96 timestamps are read in (Spark's default timestamp type, Hive's
     and Impala's): None, nanoseconds (pyarrow's default), if every value fits them; else "us". In
@@ -425,9 +432,7 @@ def int96_unit(fs, names, footers):
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    columns = sorted({footer.schema.column(i).name for footer in footers for i in range(footer.num_columns)
-                      if footer.schema.column(i).physical_type == "INT96"
-                      and footer.schema.column(i).path == footer.schema.column(i).name})
+    columns = int96_columns(footers)
     if not columns:
         return None
     low, high = np.iinfo(np.int64).min // 1000 + 1, np.iinfo(np.int64).max // 1000
@@ -633,8 +638,7 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, 
                     import pyarrow.dataset as pa_ds
 
                     read_options = {"dataset": {"format": pa_ds.ParquetFileFormat(coerce_int96_timestamp_unit=unit)}}
-                    fixed = {footers[0].schema.column(i).name for i in range(footers[0].num_columns)
-                             if footers[0].schema.column(i).physical_type == "INT96"}
+                    fixed = int96_columns(footers)
                     schema = pa.schema([f.with_type(pa.timestamp(unit)) if f.name in fixed else f for f in schema],
                                        metadata=schema.metadata)
     try:
