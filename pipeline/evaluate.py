@@ -272,8 +272,19 @@ def differing_rows(a, b):
         same = (a == b).fillna(False).to_numpy(dtype=bool)
     except (TypeError, ValueError):  # lists, structs, mixed types: value by value
         same = np.array([_equal(x, y) for x, y in zip(a.astype(object), b.astype(object))], dtype=bool)
-    both_missing = (a.isna() & b.isna()).to_numpy(dtype=bool)
+    both_missing = (a.isna() & b.isna()).to_numpy(dtype=bool) | (_nans(a) & _nans(b))
     return int((~(same | both_missing)).sum())
+
+
+def _nans(values):
+    """Which values are NaN in a floating-point column read exactly (Arrow-backed: a NaN is a value,
+    apart from the nulls); none in any other column (where ``isna`` holds them)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(values.dtype, pd.ArrowDtype) and pa.types.is_floating(values.dtype.pyarrow_dtype):
+        return pc.is_nan(pa.chunked_array([pa.array(values.array)])).fill_null(False).to_numpy()
+    return np.zeros(len(values), dtype=bool)
 
 
 def _pair(start, original, a, b, masked, c, d, qi, shared):
@@ -976,6 +987,12 @@ def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percen
     with timings.stage("validate"):
         plan(original, masked, qi, k, known, id_percent)
         row_counts_from_metadata(original_path, masked_path, original, masked)
+        names = set(_names(qi, "--qi"))
+        floats = tuple(c for c, t in original.dtypes.items()
+                       if c in masked.columns and c not in names and pd.api.types.is_float_dtype(t))
+        if floats:  # compared exactly: a NaN released as a null differs (io.read_input)
+            original = io.read_input(original_path, csv=csv, floats=floats)
+            masked = io.read_input(masked_path, csv=csv, floats=floats)
     try:
         report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, **options)
     except CSVTypeChange:  # in the statistics pass, the first over every row

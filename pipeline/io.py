@@ -363,6 +363,12 @@ EXACT_INTEGERS = "microagg_exact_integers"
 :class:`ExactIntegersEngine` reads as pandas' nullable integers."""
 
 
+EXACT_FLOATS = "microagg_exact_floats"
+"""The key, in the ``arrow_to_pandas`` options of a Parquet read, of the floating-point columns
+:class:`ExactIntegersEngine` reads as Arrow-backed pandas columns: columns released as they are,
+whose NaNs pandas' float64 would not tell from their nulls (both NaN, written back as nulls)."""
+
+
 class ExactIntegersEngine(ArrowDatasetEngine):
     """Dask's pyarrow Parquet engine, reading the integer columns named in the ``arrow_to_pandas``
     options under :data:`EXACT_INTEGERS` (those that may hold a null: :func:`integers_with_nulls`) as
@@ -378,15 +384,42 @@ class ExactIntegersEngine(ArrowDatasetEngine):
 
     @classmethod
     def _arrow_table_to_pandas(cls, arrow_table, categories, dtype_backend=None, convert_string=False, **kwargs):
+        import pandas as pd
+
         options = dict(kwargs.get("arrow_to_pandas") or {})
         exact = [c for c in options.pop(EXACT_INTEGERS, ()) if c in arrow_table.column_names]
+        floats = [c for c in options.pop(EXACT_FLOATS, ()) if c in arrow_table.column_names]
         kwargs["arrow_to_pandas"] = options
         frame = super()._arrow_table_to_pandas(arrow_table, categories, dtype_backend=dtype_backend,
                                                convert_string=convert_string, **kwargs)
         for name in exact:
             if name in frame.columns:
                 frame[name] = arrow_table.column(name).to_pandas(types_mapper=exact_integers).array
+        for name in floats:
+            if name in frame.columns:
+                frame[name] = pd.arrays.ArrowExtensionArray(arrow_table.column(name))
         return frame
+
+    @classmethod
+    def _pandas_to_arrow_table(cls, df, preserve_index=False, schema=None):
+        # a column read exactly (EXACT_FLOATS) is written with the pandas metadata of a float64 one (as
+        # before: ``pandas.read_parquet`` of the release gives NumPy floats, not Arrow-backed ones)
+        import json
+
+        import pandas as pd
+        import pyarrow as pa
+
+        table = super()._pandas_to_arrow_table(df, preserve_index=preserve_index, schema=schema)
+        exact = {str(c) for c, t in df.dtypes.items()
+                 if isinstance(t, pd.ArrowDtype) and pa.types.is_floating(t.pyarrow_dtype)}
+        metadata = table.schema.metadata or {}
+        if not exact or b"pandas" not in metadata:
+            return table
+        pandas = json.loads(metadata[b"pandas"])
+        for column in pandas["columns"]:
+            if column["name"] in exact:
+                column["numpy_type"] = column["pandas_type"]
+        return table.replace_schema_metadata({**metadata, b"pandas": json.dumps(pandas).encode()})
 
     @classmethod
     def _read_table(cls, path_or_frag, fs, row_groups, columns, schema, filters, partitions, partition_keys,
@@ -599,17 +632,20 @@ def _read_csv(source, **options):
 _read_csv.__name__ = "read_csv"  # Dask names its reader in its messages
 
 
-def read_input(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, text=()):
+def read_input(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, text=(), floats=()):
     """A Dask DataFrame over the input; nothing is computed (schema only). CSV is read in blocks of
     ``blocksize`` bytes, Parquet in partitions of whole row groups up to :data:`PARQUET_BLOCKSIZE`.
     ``dtypes``: the types of a CSV input's columns (:func:`csv_types`), else guessed by Dask from
     the first rows; ``csv``: a CSV input's dialect (:func:`csv_dialect`; a Parquet input ignores it);
     ``text``: columns of a CSV input read as text, as written (identifiers: ``00123`` is not ``123``,
-    and a column of whole numbers with an empty cell would be read as float64, ``123`` as ``123.0``)."""
-    return read_input_and_schema(path, blocksize, dtypes, csv, text)[0]
+    and a column of whole numbers with an empty cell would be read as float64, ``123`` as ``123.0``);
+    ``floats``: floating-point columns of a Parquet input read exactly, NaNs apart from nulls, as
+    Arrow-backed pandas columns (:data:`EXACT_FLOATS`; columns released as they are, which no
+    stage computes with)."""
+    return read_input_and_schema(path, blocksize, dtypes, csv, text, floats)[0]
 
 
-def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, text=()):
+def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, text=(), floats=()):
     """:func:`read_input`, and the Arrow schema of a Parquet input's files (:func:`common_schema`;
     None for CSV, or if a footer cannot be read): the types :func:`output_schema` keeps. Files that
     differ in columns, or in types no one type holds, are refused before anything is computed."""
@@ -656,7 +692,9 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, 
             # files without a Parquet suffix (Hive's 000000_0): Dask, which filters by suffix, must read them all
             unnamed = not any(f.lower().endswith(_PARQUET_SUFFIXES) for f in files[1])
             ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False,
-                                  engine=ExactIntegersEngine, arrow_to_pandas={EXACT_INTEGERS: exact}, **read_options,
+                                  engine=ExactIntegersEngine, arrow_to_pandas={EXACT_INTEGERS: exact,
+                                                                               EXACT_FLOATS: tuple(floats)},
+                                  **read_options,
                                   **({"parquet_file_extension": None} if unnamed else {}))
     except (OSError, ValueError) as exc:
         if fmt == "parquet" and "duplicate field" in str(exc):

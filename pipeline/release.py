@@ -138,6 +138,13 @@ def solver_of(options):
 
 # --- stage 1: plan from metadata -------------------------------------------------------------------
 
+def _kept_floats(ddf, options, columns):
+    """The floating-point columns of an input that the release keeps as they are (no role: not a QI,
+    an identifier, the weights or a stratum), read exactly (:func:`pipeline.io.read_input`'s ``floats``)."""
+    roles = {*columns[0], *columns[1], options.weights, *(options.strata or ())}
+    return tuple(c for c, t in ddf.dtypes.items() if c not in roles and pd.api.types.is_float_dtype(t))
+
+
 def plan(ddf, options):
     """Validate options and columns from the schema alone; returns ``(qi, identifiers)``."""
     check_k(options.k)
@@ -1387,6 +1394,9 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         ddf, input_schema = io.read_input_and_schema(input_path, csv=csv, text=text)
     with timings.stage("validate"):
         columns = plan(ddf, options)  # fail on bad options before touching the output location
+        floats = _kept_floats(ddf, options, columns) if input_schema is not None else ()  # Parquet's
+        if floats:  # their NaNs apart from their nulls
+            ddf, input_schema = io.read_input_and_schema(input_path, csv=csv, text=text, floats=floats)
         page = html_path(output, report_path) if html else None
         if report_path is not None:  # written after the commit: a path that cannot be written fails now
             from .evaluate import check_report_path
@@ -1427,6 +1437,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
                                       report["identifiers_hashed"])
             released.to_parquet(
                 tmp,
+                engine=io.ExactIntegersEngine,  # the pandas metadata of columns read exactly (io.EXACT_FLOATS)
                 write_index=False,
                 schema="infer" if schema is None else schema,
                 name_function=lambda i: f"part-{i:05d}.parquet",
@@ -1442,7 +1453,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         del released
         if evaluation is not None:
             report["evaluation"] = _evaluate_written(input_path, tmp, report, evaluation, options.seed, timings,
-                                                     dtypes, csv, text)
+                                                     dtypes, csv, text, floats)
         report["timings"] = timings.seconds
         if report_extra:
             report.update(report_extra())
@@ -1480,10 +1491,12 @@ def html_path(output, report_path=None):
     return path
 
 
-def _evaluate_written(input_path, written, report, evaluation, seed, timings, dtypes=None, csv=None, text=()):
+def _evaluate_written(input_path, written, report, evaluation, seed, timings, dtypes=None, csv=None, text=(),
+                      floats=()):
     """:func:`pipeline.evaluate.evaluate` of the release files at ``written`` against the input (rows
     pair by position; ``dtypes``, ``csv``, ``text``: a CSV input's types, dialect and text columns, as
-    the release read it): the parts of its report named by :data:`EVALUATION_KEYS`."""
+    the release read it; ``floats``: the floating-point columns read exactly, in both): the parts of its
+    report named by :data:`EVALUATION_KEYS`."""
     from . import evaluate
 
     with timings.stage("evaluate"):
@@ -1491,7 +1504,8 @@ def _evaluate_written(input_path, written, report, evaluation, seed, timings, dt
         k = report["k"] if report.get("k_anonymity_scope") == "all quasi-identifiers" else None
         options = dict(evaluation)
         # hashed identifiers differ on purpose: not compared with the input's
-        result = evaluate.evaluate(io.read_input(input_path, dtypes=dtypes, csv=csv, text=text), io.read_input(written),
+        result = evaluate.evaluate(io.read_input(input_path, dtypes=dtypes, csv=csv, text=text, floats=floats),
+                                   io.read_input(written, floats=floats),
                                    list(report["quasi_identifiers"]),
                                    k, seed=seed, changed=report.get("identifiers_hashed") or (), **options)
     return {key: result[key] for key in EVALUATION_KEYS if key in result}

@@ -693,6 +693,46 @@ def test_the_release_keeps_the_input_schema(tmp_path):
     assert released.column("household").to_pylist() == expected
 
 
+def test_nans_and_nulls_of_a_kept_float_column_are_released_apart(tmp_path):
+    """A floating-point column released as it is, holding NaNs (a value: 0/0 in a warehouse's ratio)
+    and nulls (missing): pandas read both as NaN and the write made every NaN a null, which changes
+    ``COUNT(ratio)`` in SQL; the evaluation, reading both alike, found the column unchanged. Both are
+    now released as they are, on any cluster, with the pandas metadata of NumPy floats as before; and
+    ``microagg evaluate`` counts a NaN released as a null as a changed row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(2)
+    n = 3000
+    values = [float("nan") if i % 5 == 0 else None if i % 7 == 0 else i / 4 for i in range(n)]
+    table = pa.table({"q0": rng.normal(size=n), "q1": rng.normal(size=n),
+                      "ratio": pa.array(values, pa.float64(), from_pandas=False),
+                      "share": pa.array(values, pa.float32(), from_pandas=False),
+                      "weight": rng.random(n) + 0.5})
+    source = tmp_path / "in.parquet"
+    pq.write_table(table, source)
+    releases = []
+    for name, flags in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", 2])):
+        out = _run(tmp_path, name, source, "--k", 3, "--qi", "q0,q1", "--weights", "weight", *flags)
+        report = json.loads((out / "_report.json").read_text())
+        assert report["evaluation"]["checks"]["unchanged_columns"] == {"ratio": 0, "share": 0, "weight": 0}
+        releases.append(_files(out))
+    assert releases[0] == releases[1]
+    released = pq.read_table(tmp_path / "sync")
+    for column in ("ratio", "share"):
+        got = released.column(column)
+        assert got.null_count == 343 and pa.compute.sum(pa.compute.is_nan(got)).as_py() == 600
+        assert str(got.to_pylist()) == str(table.column(column).to_pylist())
+    assert pd.read_parquet(tmp_path / "sync").dtypes[["ratio", "share"]].tolist() == [np.float64, np.float32]
+    nulled = released.set_column(released.schema.get_field_index("ratio"), "ratio",
+                                 pa.array(released.column("ratio").to_pylist(), pa.float64(), from_pandas=True))
+    pq.write_table(nulled, tmp_path / "nulled.parquet")
+    evaluated = tmp_path / "evaluated.json"
+    microagg_cli("evaluate", source, tmp_path / "nulled.parquet", "--qi", "q0,q1", "--report", evaluated,
+                 "--no-html", "--scheduler", "synchronous", check=True)
+    assert json.loads(evaluated.read_text())["checks"]["unchanged_columns"] == {"ratio": 600, "share": 0, "weight": 0}
+
+
 def test_int96_timestamps_beyond_the_nanosecond_range_are_released_as_they_are(tmp_path, monkeypatch):
     """Spark writes timestamps as INT96 by default; pyarrow reads them in nanoseconds and wraps a value
     beyond 1677..2262 silently: a warehouse's open-ended ``9999-12-31 23:59:59`` was released as
