@@ -380,7 +380,8 @@ class ExactIntegersEngine(ArrowDatasetEngine):
     column of a type; and Dask 2026.8 writes its own into those options at each conversion, which could
     then no longer be tokenized. The options handed to Dask here are a fresh copy.) It also reads an
     input's INT96 timestamps in the unit of the dataset format given to ``read_parquet``
-    (:func:`int96_unit`)."""
+    (:func:`int96_unit`), and the floating-point columns named under :data:`EXACT_FLOATS` Arrow-backed,
+    which it writes with the pandas metadata of NumPy floats."""
 
     @classmethod
     def _arrow_table_to_pandas(cls, arrow_table, categories, dtype_backend=None, convert_string=False, **kwargs):
