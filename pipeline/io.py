@@ -446,27 +446,78 @@ class ExactIntegersEngine(ArrowDatasetEngine):
         return fragment.to_table(columns=[c for c in columns if c is not None], use_threads=False)
 
 
-def int96_columns(footers):
-    """The columns that Parquet files (their ``footers``) store as INT96 timestamps (top-level ones)."""
-    return sorted({footer.schema.column(i).name for footer in footers for i in range(footer.num_columns)
-                   if footer.schema.column(i).physical_type == "INT96"
-                   and footer.schema.column(i).path == footer.schema.column(i).name})
+def int96_types(footers, unit="us"):
+    """The columns that Parquet files (their ``footers``) store INT96 timestamps in, at the top level
+    or nested in a struct, list or map, each with its Arrow type as read in ``unit`` (pyarrow reads an
+    INT96 value as a timestamp without a time zone). In name order."""
+    found = {}
+    for footer in footers:
+        flags = [footer.schema.column(i).physical_type == "INT96" for i in range(footer.num_columns)]
+        if not any(flags):
+            continue
+        leaves = iter(flags)
+        for field in footer.schema.to_arrow_schema():
+            held = []
+            kind = _leaves_typed(field.type, leaves, held, unit)
+            if any(held):
+                found.setdefault(field.name, kind)
+    return dict(sorted(found.items()))
+
+
+def _leaves_typed(kind, leaves, held, unit):
+    """An Arrow type ``kind`` with each of its leaves (Parquet columns, depth first) that the next of
+    ``leaves`` flags as INT96 typed as a timestamp in ``unit``; the flags it takes are added to ``held``."""
+    import pyarrow as pa
+
+    def typed(field):
+        return field.with_type(_leaves_typed(field.type, leaves, held, unit))
+
+    if pa.types.is_struct(kind):
+        return pa.struct([typed(f) for f in kind])
+    if pa.types.is_map(kind):
+        return pa.map_(typed(kind.key_field), typed(kind.item_field), keys_sorted=kind.keys_sorted)
+    if pa.types.is_fixed_size_list(kind):
+        return pa.list_(typed(kind.value_field), kind.list_size)
+    if pa.types.is_large_list(kind):
+        return pa.large_list(typed(kind.value_field))
+    if pa.types.is_list(kind):
+        return pa.list_(typed(kind.value_field))
+    held.append(next(leaves))
+    return pa.timestamp(unit) if held[-1] else kind
+
+
+def _int96_values(micros, nanos):
+    """The INT96 timestamps of a column read twice, in microseconds and nanoseconds (two Arrow
+    arrays): the pairs of leaf arrays whose types the two reads differ in."""
+    import pyarrow as pa
+
+    if micros.type == nanos.type:
+        return []
+    if pa.types.is_struct(micros.type):
+        return [pair for a, b in zip(micros.flatten(), nanos.flatten()) for pair in _int96_values(a, b)]
+    if pa.types.is_map(micros.type):
+        return _int96_values(micros.keys, nanos.keys) + _int96_values(micros.items, nanos.items)
+    if pa.types.is_list(micros.type) or pa.types.is_large_list(micros.type) or pa.types.is_fixed_size_list(
+            micros.type):
+        return _int96_values(micros.flatten(), nanos.flatten())
+    return [(micros, nanos)]
 
 
 def int96_unit(fs, names, footers):
     """The unit a Parquet input's INT96 timestamps are read in (Spark's default timestamp type, Hive's
     and Impala's): None, nanoseconds (pyarrow's default), if every value fits them; else "us". In
     nanoseconds pyarrow wraps a value beyond 1677-09-21..2262-04-11 silently: a warehouse's open-ended
-    ``9999-12-31`` was released as ``1816-03-30``. The INT96 columns are read in both units (one
-    column pass over the input) to find out. A column that holds such a value and one with digits below
-    the microsecond (or two columns, one of each) has no unit that holds it: :class:`InputError`."""
+    ``9999-12-31`` was released as ``1816-03-30``. The columns that hold INT96 values (nested in a
+    struct, list or map too: :func:`int96_types`) are read in both units (one column pass over the
+    input) to find out. Values that need microseconds and values with digits below the microsecond,
+    in one column or two, have no unit that holds them all: :class:`InputError`."""
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    columns = int96_columns(footers)
+    columns = list(int96_types(footers))
     if not columns:
         return None
     low, high = np.iinfo(np.int64).min // 1000 + 1, np.iinfo(np.int64).max // 1000
@@ -475,14 +526,17 @@ def int96_unit(fs, names, footers):
         def read(unit):
             with fs.open(name, "rb") as fh:
                 table = pq.ParquetFile(fh, coerce_int96_timestamp_unit=unit).read(columns=columns)
-            return {c: table.column(c).cast(pa.int64()) for c in columns}
+            return {c: table.column(c).combine_chunks() for c in columns}
 
         micros, nanos = read("us"), read("ns")
-        found = {}
+        found = {c: [0, 0] for c in columns}
         for c in columns:
-            outside = pc.or_(pc.less(micros[c], low), pc.greater(micros[c], high))
-            finer = pc.and_(pc.invert(outside), pc.not_equal(pc.multiply(micros[c], 1000), nanos[c]))
-            found[c] = (pc.sum(outside).as_py() or 0, pc.sum(finer).as_py() or 0)
+            for us, ns in _int96_values(micros[c], nanos[c]):  # a nested column's INT96 leaves too
+                us, ns = us.cast(pa.int64()), ns.cast(pa.int64())
+                outside = pc.or_(pc.less(us, low), pc.greater(us, high))
+                finer = pc.and_(pc.invert(outside), pc.not_equal(pc.multiply(us, 1000), ns))
+                found[c][0] += pc.sum(outside).as_py() or 0
+                found[c][1] += pc.sum(finer).as_py() or 0
         return found
 
     with ThreadPoolExecutor(min(16, len(names))) as pool:
@@ -492,8 +546,8 @@ def int96_unit(fs, names, footers):
     if not any(outside.values()):
         return None
     if any(finer.values()):
-        wide = [f"{c!r} ({n} row(s))" for c, n in outside.items() if n]
-        fine = [f"{c!r} ({n} row(s))" for c, n in finer.items() if n]
+        wide = [f"{c!r} ({n} value(s))" for c, n in outside.items() if n]
+        fine = [f"{c!r} ({n} value(s))" for c, n in finer.items() if n]
         raise InputError(f"the input's INT96 timestamps fit no one unit: column(s) {', '.join(wide)} hold dates "
                          f"outside 1677-09-21..2262-04-11, which need microseconds, and column(s) {', '.join(fine)} "
                          f"hold digits below the microsecond, which need nanoseconds; rewrite the files with "
@@ -675,8 +729,8 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, 
                     import pyarrow.dataset as pa_ds
 
                     read_options = {"dataset": {"format": pa_ds.ParquetFileFormat(coerce_int96_timestamp_unit=unit)}}
-                    fixed = int96_columns(footers)
-                    schema = pa.schema([f.with_type(pa.timestamp(unit)) if f.name in fixed else f for f in schema],
+                    fixed = int96_types(footers, unit)
+                    schema = pa.schema([f.with_type(fixed[f.name]) if f.name in fixed else f for f in schema],
                                        metadata=schema.metadata)
     try:
         if fmt == "csv":

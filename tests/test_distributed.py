@@ -738,8 +738,9 @@ def test_int96_timestamps_beyond_the_nanosecond_range_are_released_as_they_are(t
     beyond 1677..2262 silently: a warehouse's open-ended ``9999-12-31 23:59:59`` was released as
     ``1816-03-30 05:56:07`` (and the evaluation, reading both alike, found the column unchanged).
     Such an input is now read in microseconds: every value released as it is, on any cluster and
-    partitioning. An input whose INT96 values all fit nanoseconds keeps them (digits below the
-    microsecond too); one that needs both units is refused, naming the columns, with nothing written."""
+    partitioning, nested in a struct, list or map too. An input whose INT96 values all fit nanoseconds
+    keeps them (digits below the microsecond too); one that needs both units is refused, naming the
+    columns, with nothing written."""
     import datetime as dt
 
     import pyarrow as pa
@@ -752,8 +753,15 @@ def test_int96_timestamps_beyond_the_nanosecond_range_are_released_as_they_are(t
     valid_to = [None if i % 13 == 0 else dt.datetime(9999, 12, 31, 23, 59, 59) if i % 3 else
                 dt.datetime(2020, 1, 1) + dt.timedelta(microseconds=int(i) * 1_000_001) for i in range(n)]
     born = [dt.datetime(1, 1, 1) if i % 17 == 0 else dt.datetime(1950, 6, 1, 12, 30) for i in range(n)]
+    # nested: a struct of (from, to) spans, a list of them (Spark writes nested timestamps as INT96 too)
+    spell = pa.array([{"start": b, "end": v} for b, v in zip(born, valid_to)],
+                     pa.struct([("start", pa.timestamp("us")), ("end", pa.timestamp("us"))]))
+    stays = pa.array([[b, v] if i % 5 else None for i, (b, v) in enumerate(zip(born, valid_to))],
+                     pa.list_(pa.timestamp("us")))
+    checks = pa.array([[("last", v)] for v in valid_to], pa.map_(pa.string(), pa.timestamp("us")))
     table = pa.table({"q0": rng.normal(size=n), "q1": rng.normal(size=n),
-                      "valid_to": pa.array(valid_to, pa.timestamp("us")), "born": pa.array(born, pa.timestamp("us"))})
+                      "valid_to": pa.array(valid_to, pa.timestamp("us")), "born": pa.array(born, pa.timestamp("us")),
+                      "spell": spell, "stays": stays, "checks": checks})
     source = tmp_path / "spark"
     source.mkdir()
     for i in range(3):
@@ -770,28 +778,42 @@ def test_int96_timestamps_beyond_the_nanosecond_range_are_released_as_they_are(t
     for name, flags in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", 2])):
         out = _run(tmp_path, name, source, "--k", 3, "--qi", "q0,q1", *flags)
         report = json.loads((out / "_report.json").read_text())
-        assert report["evaluation"]["checks"]["unchanged_columns"] == {"valid_to": 0, "born": 0}
+        assert report["evaluation"]["checks"]["unchanged_columns"] == dict.fromkeys(
+            ["valid_to", "born", "spell", "stays", "checks"], 0)
         releases.append(_files(out))
     assert releases[0] == releases[1]
     released = pq.read_table(tmp_path / "sync")
     assert released.schema.field("valid_to").type == pa.timestamp("us")
+    assert released.schema.field("spell").type == spell.type
     assert released.column("valid_to").to_pylist() == valid_to
     assert released.column("born").to_pylist() == born
+    for name, values in (("spell", spell), ("stays", stays), ("checks", checks)):
+        assert released.column(name).to_pylist() == values.to_pylist(), name
     # all within nanoseconds: read in nanoseconds, as before, the digits below the microsecond kept
     # row i: i seconds and 7i nanoseconds after 2020-09-13 (all but every 1000th row have nanoseconds)
     seen = pa.array(np.arange(n) * 1_000_000_007 + 1_600_000_000_000_000_000, pa.timestamp("ns"))
-    pq.write_table(table.drop(["valid_to", "born"]).append_column("seen", seen), tmp_path / "fine.parquet",
-                   use_deprecated_int96_timestamps=True)
+    pq.write_table(table.drop(["valid_to", "born", "spell", "stays", "checks"]).append_column("seen", seen),
+                   tmp_path / "fine.parquet", use_deprecated_int96_timestamps=True)
     out = _run(tmp_path, "fine", tmp_path / "fine.parquet", "--k", 3, "--qi", "q0,q1", "--no-evaluate",
                "--scheduler", "synchronous")
     assert pq.read_table(out).column("seen").to_pylist() == seen.to_pylist()
-    both = table.append_column("seen", seen)
+    both = table.drop(["spell", "stays", "checks"]).append_column("seen", seen)
     pq.write_table(both, tmp_path / "both.parquet", use_deprecated_int96_timestamps=True)
     proc = microagg_cli("anonymize", tmp_path / "both.parquet", tmp_path / "refused", "--k", 3, "--qi", "q0,q1",
                         "--scheduler", "synchronous")
     assert proc.returncode == 2, proc.stderr
-    assert ("column(s) 'born' (353 row(s)), 'valid_to' (3692 row(s)) hold dates outside" in proc.stderr
-            and "column(s) 'seen' (5994 row(s)) hold digits below the microsecond" in proc.stderr), proc.stderr
+    assert ("column(s) 'born' (353 value(s)), 'valid_to' (3692 value(s)) hold dates outside" in proc.stderr
+            and "column(s) 'seen' (5994 value(s)) hold digits below the microsecond" in proc.stderr), proc.stderr
+    assert not (tmp_path / "refused").exists()
+    # the same, the nanoseconds nested in a struct; the spans' 353 + 3692 dates outside
+    nested = table.drop(["valid_to", "born", "stays", "checks"]).append_column(
+        "seen", pa.StructArray.from_arrays([seen], ["at"]))
+    pq.write_table(nested, tmp_path / "nested.parquet", use_deprecated_int96_timestamps=True)
+    proc = microagg_cli("anonymize", tmp_path / "nested.parquet", tmp_path / "refused", "--k", 3, "--qi", "q0,q1",
+                        "--scheduler", "synchronous")
+    assert proc.returncode == 2, proc.stderr
+    assert ("column(s) 'spell' (4045 value(s)) hold dates outside" in proc.stderr
+            and "column(s) 'seen' (5994 value(s)) hold digits below" in proc.stderr), proc.stderr
     assert not (tmp_path / "refused").exists()
 
 
