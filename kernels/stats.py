@@ -11,6 +11,8 @@ statistical disclosure control. IEEE TKDE 14(1). (IL = 100 * SSE / SST; see
 ``shared/papers/comparative-study-microaggregation.txt`` section 2.)
 """
 
+import math
+
 import numpy as np
 
 from ._jit import jit
@@ -249,6 +251,9 @@ def group_weighted(X, weights, labels, n_groups, kind):
       of the 3 middle values).
 
     Ties in value are ordered by row index, so the result does not depend on how rows were split.
+    Each group's weights are scaled by the power of two that brings its largest into [0.5, 1): exact,
+    so the result is that of the weights as given, but neither the group's total weight overflows
+    (weights near the largest float) nor its weighted values underflow (weights near the smallest).
     """
     n, d = X.shape
     order = np.argsort(labels, kind="mergesort")
@@ -261,23 +266,29 @@ def group_weighted(X, weights, labels, n_groups, kind):
             stop += 1
         m = stop - start
         rows = order[start:stop]
+        largest = 0.0
+        for t in range(m):
+            largest = max(largest, weights[rows[t]])
+        exponent = math.frexp(largest)[1]
+        w = np.empty(m)
         total = 0.0
         for t in range(m):
-            total += weights[rows[t]]
+            w[t] = math.ldexp(weights[rows[t]], -exponent)
+            total += w[t]
         vals = np.empty(m)
         wts = np.empty(m)
         for j in range(d):
             if kind == 0:
                 s = 0.0
                 for t in range(m):
-                    s += weights[rows[t]] * X[rows[t], j]
+                    s += w[t] * X[rows[t], j]
                 out[g, j] = s / total
                 continue
             for t in range(m):
                 vals[t] = X[rows[t], j]
             rank = np.argsort(vals, kind="mergesort")
             for t in range(m):
-                wts[t] = weights[rows[rank[t]]]
+                wts[t] = w[rank[t]]
             if kind == 1:
                 half = 0.5 * total
                 cum = 0.0

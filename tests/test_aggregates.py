@@ -41,6 +41,28 @@ def test_weights_move_the_aggregates():
     assert _one_group([0.0, 1.0, 5.0], [1, 1, 1], TRIMMED) == pytest.approx((0.4 * 0 + 1 + 0.4 * 5) / 1.8)
 
 
+@pytest.mark.parametrize("scale", [2.0 ** 1020, 2.0 ** -1070])
+def test_the_aggregates_of_weights_near_the_float_limits_are_those_of_their_ratios(scale):
+    """Weights are ratios: the largest finite weights (a group's total beyond the largest float) and
+    the smallest (their products with the values below the smallest) give the aggregates that the
+    same weights in ordinary units give, to the bit. Both were wrong before: NaN centroids (the job
+    refused with a message that blamed the masked file), or centroids near 0."""
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(600, 3)) * 1e3
+    labels = np.repeat(np.arange(120), 5)
+    w = rng.integers(1, 9, 600).astype(float)  # whole: times a power of two, exact even if subnormal
+    for kind in (MEAN, MEDIAN, TRIMMED):
+        expected = group_weighted(X, w, labels, 120, kind)
+        np.testing.assert_array_equal(group_weighted(X, w * scale, labels, 120, kind), expected)
+    df = extract(2000, seed=9)
+    df["weight"] = rng.integers(1, 9, len(df)) * scale
+    args = dict(quasi_identifiers=QI, identifiers=["person_id"], weights="weight")
+    released = microagg.anonymize(df, 5, **args)
+    assert_k_anonymous(released, QI, 5)
+    expected = microagg.anonymize(df.assign(weight=df["weight"] / scale), 5, **args)
+    np.testing.assert_array_equal(released[QI].to_numpy(), expected[QI].to_numpy())
+
+
 @pytest.mark.parametrize("aggregate", ["mean", "median", "trimmed"])
 def test_weighted_aggregates_in_memory_equal_distributed(aggregate):
     df = extract(9000, seed=3)
