@@ -721,7 +721,7 @@ def check_input(job):
     from ..pipeline.release import plan
 
     try:
-        ddf = io.read_input(job.input, csv=job.csv)
+        ddf = io.read_input(job.input, csv=job.csv, scan=False)
     except InputError as exc:
         raise job_error(job, "input", f"path: {exc}") from None
     try:

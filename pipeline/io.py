@@ -687,7 +687,157 @@ def _read_csv(source, **options):
 _read_csv.__name__ = "read_csv"  # Dask names its reader in its messages
 
 
-def read_input(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, text=(), floats=()):
+SCAN_BYTES = 8 << 20
+"""Bytes of a CSV file read at a time by the scan for line breaks inside quoted fields
+(:func:`_quotes_and_breaks`)."""
+
+_PIECES = {}  # (files, their fsspec keys, blocksize) -> :func:`_csv_pieces`, the scan's result
+
+
+def _quotes_and_breaks(name, start, end):
+    """Bytes ``start..end`` of a CSV file: ``(parity, first)``, the parity of their count of quote
+    characters and, for ``s`` 0 and 1, ``first[s]`` the position of their first line break after an
+    even (0) or odd (1) count of quotes from ``start`` (-1: none). A quote-free stretch holds line
+    breaks of one parity only, and is only counted once the first is found."""
+    first = [-1, -1]
+    parity = 0
+    with fsspec.open(name, "rb") as fh:
+        fh.seek(start)
+        at = start
+        while at < end:
+            chunk = fh.read(min(SCAN_BYTES, end - at))
+            if not chunk:
+                break
+            if b'"' not in chunk:
+                if first[parity] < 0 and (found := chunk.find(b"\n")) >= 0:
+                    first[parity] = at + found
+            else:
+                data = np.frombuffer(chunk, np.uint8)
+                quotes = np.flatnonzero(data == ord('"'))
+                if min(first) < 0:
+                    breaks = np.flatnonzero(data == ord("\n"))
+                    seen = (parity + np.searchsorted(quotes, breaks)) & 1
+                    for s in (0, 1):
+                        hits = breaks[seen == s]
+                        if first[s] < 0 and len(hits):
+                            first[s] = at + int(hits[0])
+                parity ^= len(quotes) & 1
+            at += len(chunk)
+    return parity, first
+
+
+def _csv_pieces(files, blocksize):
+    """The pieces a CSV input (its data files, :class:`_CSVFiles`, uncompressed) is read in if a
+    quoted field holds a line break (a comment, an address), or if a file read in blocks has its
+    columns in another order than the first file; else None: Dask's blocks of ``blocksize`` bytes,
+    cut at the first line break after each offset, each but a file's first read under the first
+    file's header. Dask's cut could fall inside such a field: the job failed (an internal error,
+    "EOF inside string"). And the first file's header put before a block of a file whose columns
+    come in another order released one column's values under the other's name, silently. Each file
+    of two blocks or more is scanned once for its quotes (:func:`_quotes_and_breaks`, in parallel;
+    cached per file version), and cut at the first line break outside quotes after each offset:
+    ``[(name, start, end, first)]``, in order (:class:`_CSVPieces` reads them). Quotes count as CSV
+    writers put them (around a field, doubled inside it); a quote inside an unquoted field (``12"
+    pipe``) only moves cuts on to a later line break."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dask.utils import parse_bytes
+
+    size = parse_bytes(blocksize)
+    ranges = {}
+    for name, total in zip(files.names, files.sizes):
+        n = total // size
+        if n >= 2:
+            offsets = [total * i // n for i in range(n + 1)]
+            ranges[name] = list(zip(offsets[:-1], offsets[1:]))
+    if not ranges:  # every file read whole
+        return None
+    fs = fsspec.core.url_to_fs(files.names[0])[0]
+    key = (tuple(files.names), tuple(fs.ukey(fs._strip_protocol(n)) for n in ranges), size)
+    if key in _PIECES:
+        return _PIECES[key]
+    jobs = [(name, a, b) for name, spans in ranges.items() for a, b in spans]
+    with ThreadPoolExecutor(min(4, os.cpu_count() or 1, len(jobs) or 1)) as pool:
+        found = dict(zip(jobs, pool.map(lambda job: _quotes_and_breaks(*job), jobs)))
+    pieces, quoted = [], False
+    for name, total in zip(files.names, files.sizes):
+        if name not in ranges:
+            pieces.append((name, 0, total, True))
+            continue
+        spans = ranges[name]
+        starts, parity = [], 0
+        for a, b in spans:  # the parity of the quotes before each span
+            starts.append(parity)
+            parity ^= found[name, a, b][0]
+        quoted |= any(found[name, a, b][1][1 - p] >= 0 for (a, b), p in zip(spans, starts))
+        cuts = [0]
+        for i in range(1, len(spans)):
+            cut = next((found[name, a, b][1][p] + 1 for (a, b), p in zip(spans[i:], starts[i:])
+                        if found[name, a, b][1][p] >= 0), total)
+            cuts.append(max(cut, cuts[-1]))
+        cuts.append(total)
+        pieces += [(name, a, b, a == 0) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+    reordered = any(header != files.headers[0] for name, header in zip(files.names, files.headers) if name in ranges)
+    result = pieces if quoted or reordered else None
+    if len(_PIECES) >= 8:
+        _PIECES.clear()
+    _PIECES[key] = result
+    return result
+
+
+class _CSVPieces:
+    """Reads one piece of a CSV input (:func:`_csv_pieces`: a file's bytes ``start..end``, cut at
+    line breaks outside quotes) as Dask reads a block, but for the header put before a piece that
+    does not start its file, its own file's (``headers``, ``{name: bytes}``): pandas' read
+    (:func:`_read_csv`), the columns cast to the frame's types
+    (:func:`dask.dataframe.io.csv.pandas_read_text`: its "Mismatched dtypes" too). A column
+    projection of the frame reaches the reads (``columns``)."""
+
+    def __init__(self, headers, options, dtypes, names):
+        self.headers, self.options, self.dtypes, self.names = headers, options, dtypes, names
+
+    def __dask_tokenize__(self):
+        from dask.base import tokenize
+
+        return "csv-pieces", tokenize(self.headers, self.options, self.dtypes), self.names
+
+    def __call__(self, piece, columns=None):
+        from dask.dataframe.io.csv import pandas_read_text
+
+        name, start, end, first = piece
+        data = _piece_bytes(name, start, end)
+        options = dict(self.options)
+        if not first:
+            options.pop("header", None)
+        frame = pandas_read_text(_read_csv, data, self.headers.get(name, b""), options, self.dtypes, self.names,
+                                 not first)
+        return frame if columns is None else frame[list(columns)]
+
+
+def _piece_bytes(name, start, end):
+    """Bytes ``start..end`` of a file."""
+    with fsspec.open(name, "rb") as fh:
+        fh.seek(start)
+        return fh.read(end - start)
+
+
+def _read_pieces(ddf, files, pieces, options):
+    """A CSV input read in ``pieces`` (:func:`_csv_pieces`) in place of Dask's blocks (``ddf``, whose
+    metadata it keeps), with the ``options`` Dask gives pandas."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def header(name):
+        with fsspec.open(name, "rb") as fh:
+            return fh.readline()
+
+    names = sorted({name for name, _, _, first in pieces if not first})
+    with ThreadPoolExecutor(min(16, len(names) or 1)) as pool:
+        headers = dict(zip(names, pool.map(header, names)))
+    read = _CSVPieces(headers, options, ddf._meta.dtypes.to_dict(), list(ddf._meta.columns))
+    return dd.from_map(read, pieces, meta=ddf._meta, label="read-csv", enforce_metadata=False)
+
+
+def read_input(path, blocksize=None, dtypes=None, csv=None, text=(), floats=(), scan=True):
     """A Dask DataFrame over the input; nothing is computed (schema only). CSV is read in blocks of
     ``blocksize`` bytes, Parquet in partitions of whole row groups up to :data:`PARQUET_BLOCKSIZE`.
     ``dtypes``: the types of a CSV input's columns (:func:`csv_types`), else guessed by Dask from
@@ -696,15 +846,18 @@ def read_input(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, text=(), fl
     and a column of whole numbers with an empty cell would be read as float64, ``123`` as ``123.0``);
     ``floats``: floating-point columns of a Parquet input read exactly, NaNs apart from nulls, as
     Arrow-backed pandas columns (:data:`EXACT_FLOATS`; columns released as they are, which no
-    stage computes with)."""
-    return read_input_and_schema(path, blocksize, dtypes, csv, text, floats)[0]
+    stage computes with); ``scan``: a large CSV input is scanned for line breaks inside quoted
+    fields (:func:`_csv_pieces`; its bytes read once), False: its schema only, nothing read but its
+    head."""
+    return read_input_and_schema(path, blocksize, dtypes, csv, text, floats, scan)[0]
 
 
-def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, text=(), floats=()):
+def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), floats=(), scan=True):
     """:func:`read_input`, and the Arrow schema of a Parquet input's files (:func:`common_schema`;
     None for CSV, or if a footer cannot be read): the types :func:`output_schema` keeps. Files that
     differ in columns, or in types no one type holds, are refused before anything is computed."""
     fmt, urlpath = resolve_input(path)
+    blocksize = blocksize or CSV_BLOCKSIZE
     schema = problem = None
     exact = ()
     read_options = {}
@@ -741,6 +894,9 @@ def read_input_and_schema(path, blocksize=CSV_BLOCKSIZE, dtypes=None, csv=None, 
             dtypes = {**dtypes, **dict.fromkeys(integers, "Int64")} or None
             ddf = read_pandas(_read_csv, files.patterns(), blocksize=None if compressed else blocksize, dtype=dtypes,
                               **csv)
+            pieces = None if compressed or not scan else _csv_pieces(files, blocksize)
+            if pieces:  # a quoted field holds a line break, or a file read in blocks its columns in another order
+                ddf = _read_pieces(ddf, files, pieces, {**csv, "dtype": dtypes, "header": "infer"})
         else:
             # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
             # column like any other, released unchanged, not an index the write would drop
@@ -785,6 +941,12 @@ def first_pass():
     except ValueError as exc:
         if "Mismatched dtypes" in str(exc):
             raise CSVTypeChange(f"a CSV column changes type part-way through the input: {exc}") from exc
+        import pandas as pd
+
+        if isinstance(exc, pd.errors.ParserError):  # a row with more fields than the header, a quote left open
+            found = " ".join(str(exc).replace("Error tokenizing data. C error: ", "").split())
+            raise InputError(f"the CSV input cannot be parsed: {found} (counted from the start of its file, or of "
+                             f"its block of {CSV_BLOCKSIZE} in a larger file); fix or drop that row") from exc
         raise
 
 
@@ -872,7 +1034,7 @@ def _widened(guessed, kinds):
     return None
 
 
-def csv_types(path, numbers=None, blocksize=CSV_BLOCKSIZE, csv=None):
+def csv_types(path, numbers=None, blocksize=None, csv=None):
     """The types of a CSV input's columns that Dask's guess from the first rows does not hold, from
     one pass that reads every block as pandas does on its own: ``{column: dtype}`` for
     :func:`read_input`'s ``dtypes`` (text for a column whose later rows hold text, float64 for whole
@@ -886,15 +1048,24 @@ def csv_types(path, numbers=None, blocksize=CSV_BLOCKSIZE, csv=None):
     fmt, urlpath = resolve_input(path)
     if fmt != "csv":
         return None
+    blocksize = blocksize or CSV_BLOCKSIZE
     guessed = read_input(path, blocksize, csv=csv).dtypes
     data, csv = _csv_data_files(path, urlpath, csv or {})
     compressed = data.compression(path) is not None
-    _, files = read_bytes(data.patterns(), delimiter=b"\n", blocksize=None if compressed else blocksize, sample=False,
-                          compression="infer")
+    pieces = None if compressed else _csv_pieces(data, blocksize)
+    if pieces:  # as the input is read: cut at line breaks outside quotes
+        headers = dict(zip(data.names, data.headers))
+        piece = dask.delayed(_piece_bytes, pure=True)
+        blocks = [(piece(name, start, end), headers[name], first) for name, start, end, first in pieces]
+    else:
+        _, files = read_bytes(data.patterns(), delimiter=b"\n", blocksize=None if compressed else blocksize,
+                              sample=False, compression="infer")
+        blocks = [(block, header, i == 0) for blocks, header in zip(files, data.headers)
+                  for i, block in enumerate(blocks)]
     read = dask.delayed(_block_kinds, pure=True)
     numbers = dict(numbers or {})
-    found = dask.compute(*[read(block, header, i == 0, csv, tuple(numbers))
-                           for blocks, header in zip(files, data.headers) for i, block in enumerate(blocks)])
+    with first_pass():  # a row that does not fit the header: InputError
+        found = dask.compute(*[read(block, header, first, csv, tuple(numbers)) for block, header, first in blocks])
     bad = {}
     for _, text in found:
         for column, (count, example) in text.items():
@@ -909,7 +1080,7 @@ def csv_types(path, numbers=None, blocksize=CSV_BLOCKSIZE, csv=None):
     return {c: t for c, t in widened.items() if t is not None}
 
 
-def read_retyped(path, numbers, blocksize=CSV_BLOCKSIZE, csv=None, text=()):
+def read_retyped(path, numbers, blocksize=None, csv=None, text=()):
     """``(frame, dtypes)``: a CSV input read again with its columns' types from all their rows
     (:func:`csv_types`; ``numbers``: the columns that must hold numbers, and their roles; ``text``:
     columns read as text all the same, see :func:`read_input`), after a first pass raised

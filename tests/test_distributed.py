@@ -267,6 +267,90 @@ def test_the_type_a_csv_column_needs_for_its_later_rows(guessed, later, widened)
     assert io._widened(guess, {first["c"], kinds["c"]}) == widened
 
 
+def test_line_breaks_inside_quoted_fields_of_a_csv_read_in_blocks(tmp_path, monkeypatch, capsys):
+    """A warehouse's free-text column (a comment, an address) holds line breaks inside quoted fields.
+    Dask cuts a large CSV file into blocks at the first line break after each offset, which can fall
+    inside such a field: the job failed with an internal error ("EOF inside string"). Such a file is
+    now cut at line breaks outside quotes and released with every field as pandas reads the whole
+    file, on any cluster; a type change further on is found over the same pieces. A row that does
+    not fit the header is bad input (exit 2), not an internal error."""
+    from microagg.jobs import cli
+    from microagg.pipeline import io
+
+    rng = np.random.default_rng(5)
+    n = 6000
+    notes = [f'said "no", twice\nthen {i}\n\nleft' if i % 7 == 0 else None if i % 11 == 0 else f"plain {i}"
+             for i in range(n)]
+    frame = pd.DataFrame({"person_id": np.arange(n), "q0": rng.normal(size=n).round(4),
+                          "q1": rng.normal(size=n).round(4), "note": notes,
+                          "code": [str(i % 50) if i < n - 9 else f"x{i}" for i in range(n)]})
+    path = tmp_path / "export.csv"
+    frame.to_csv(path, index=False)  # pandas quotes a field holding a line break, a comma or a quote
+    monkeypatch.setattr(io, "CSV_BLOCKSIZE", "16KiB")
+    with pytest.raises(ValueError):  # Dask's own blocks: a cut inside a quoted field
+        dd.read_csv(path, blocksize="16KiB", dtype={"code": "string"}).compute(scheduler="synchronous")
+    expected = pd.read_csv(path, dtype={"code": "string"})
+    got = io.read_input(path, dtypes={"code": "string"})
+    assert got.npartitions > 10
+    got = got.compute(scheduler="synchronous").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+    assert got["note"].tolist()[:8] == [notes[0], *notes[1:7], notes[7]]
+    releases = []
+    for name, flags in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", "2"])):
+        out = tmp_path / name
+        assert cli.main(["--quiet", "anonymize", str(path), str(out), "--k", "3", "--qi", "q0,q1", "--identifiers",
+                         "person_id", *flags]) == 0, capsys.readouterr().err
+        report = json.loads((out / "_report.json").read_text())
+        assert report["input_types_widened"] == {"code": "string"}  # its last rows: read again, in pieces
+        assert report["evaluation"]["checks"]["unchanged_columns"] == {"note": 0, "code": 0}
+        releases.append(_files(out))
+    assert releases[0] == releases[1]
+    import pyarrow.parquet as pq
+
+    released = pq.read_table(tmp_path / "sync")
+    assert released.column("note").to_pylist() == notes
+    assert released.column("code").to_pylist() == frame["code"].tolist()
+    # a row with a field more than the header, past the first block: bad input, nothing written
+    lines = path.read_text().split("\n")
+    at = next(i for i in range(len(lines) // 2, len(lines))
+              if len(fields := lines[i].split(",")) == 5 and fields[3] == f"plain {fields[0]}")
+    lines[at] += ",9"
+    (tmp_path / "bad.csv").write_text("\n".join(lines))
+    code = cli.main(["anonymize", str(tmp_path / "bad.csv"), str(tmp_path / "refused"), "--k", "3", "--qi", "q0,q1",
+                     "--scheduler", "synchronous"])
+    err = capsys.readouterr().err
+    assert code == 2 and "the CSV input cannot be parsed: Expected 5 fields in line" in err and "saw 6" in err, err
+    assert not (tmp_path / "refused").exists()
+
+
+def test_csv_files_read_in_blocks_with_their_columns_in_another_order(tmp_path, monkeypatch, capsys):
+    """Dask reads each block of a CSV file but its first under the first file's header: a file whose
+    columns come in another order (an export whose columns were reordered) and which is read in
+    blocks had one column's values released under the other's name, silently. Each block is now
+    read under its own file's header: the release is that of the same rows in one file."""
+    from microagg.jobs import cli
+    from microagg.pipeline import io
+
+    rng = np.random.default_rng(6)
+    n = 8000
+    frame = pd.DataFrame({"person_id": np.arange(n), "q0": rng.normal(size=n).round(4),
+                          "q1": (rng.normal(size=n) * 100).round(2), "region": rng.choice(["north", "south"], n)})
+    folder = tmp_path / "extract"
+    folder.mkdir()
+    frame[: n // 2].to_csv(folder / "part-0.csv", index=False)
+    frame[n // 2:][["region", "q1", "person_id", "q0"]].to_csv(folder / "part-1.csv", index=False)
+    frame.to_csv(tmp_path / "whole.csv", index=False)
+    monkeypatch.setattr(io, "CSV_BLOCKSIZE", "16KiB")
+    got = io.read_input(folder)
+    assert got.npartitions > 8
+    pd.testing.assert_frame_equal(got.compute(scheduler="synchronous").reset_index(drop=True), frame,
+                                  check_dtype=False)
+    for name, source in (("from-two", folder), ("from-one", tmp_path / "whole.csv")):
+        assert cli.main(["--quiet", "anonymize", str(source), str(tmp_path / name), "--k", "3", "--qi", "q0,q1",
+                         "--scheduler", "synchronous", "--no-html"]) == 0, capsys.readouterr().err
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "from-two"), pd.read_parquet(tmp_path / "from-one"))
+
+
 def test_a_large_k_gets_blocks_of_at_least_2k_rows_unless_a_block_size_is_given(tmp_path, data):
     """k = 3000 without --block-size: blocks of up to 6,000 rows (2k), not the default 2,500 that
     cannot hold two groups (it was refused as "block size must be at least 2k", an option the user
