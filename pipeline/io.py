@@ -503,6 +503,9 @@ def _int96_values(micros, nanos):
     return [(micros, nanos)]
 
 
+_INT96_UNITS = {}  # (files, their fsspec keys) -> :func:`int96_unit`
+
+
 def int96_unit(fs, names, footers):
     """The unit a Parquet input's INT96 timestamps are read in (Spark's default timestamp type, Hive's
     and Impala's): None, nanoseconds (pyarrow's default), if every value fits them; else "us". In
@@ -510,7 +513,8 @@ def int96_unit(fs, names, footers):
     ``9999-12-31`` was released as ``1816-03-30``. The columns that hold INT96 values (nested in a
     struct, list or map too: :func:`int96_types`) are read in both units (one column pass over the
     input) to find out. Values that need microseconds and values with digits below the microsecond,
-    in one column or two, have no unit that holds them all: :class:`InputError`."""
+    in one column or two, have no unit that holds them all: :class:`InputError`. Scanned once per
+    version of the files (their fsspec ``ukey``): a job reads its input two to five times."""
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow as pa
@@ -520,6 +524,9 @@ def int96_unit(fs, names, footers):
     columns = list(int96_types(footers))
     if not columns:
         return None
+    key = (tuple(names), tuple(fs.ukey(name) for name in names))
+    if key in _INT96_UNITS:
+        return _INT96_UNITS[key]
     low, high = np.iinfo(np.int64).min // 1000 + 1, np.iinfo(np.int64).max // 1000
 
     def scan(name):
@@ -543,7 +550,10 @@ def int96_unit(fs, names, footers):
         found = list(pool.map(scan, names))
     outside = {c: sum(f[c][0] for f in found) for c in columns}
     finer = {c: sum(f[c][1] for f in found) for c in columns}
+    if len(_INT96_UNITS) >= 8:
+        _INT96_UNITS.clear()
     if not any(outside.values()):
+        _INT96_UNITS[key] = None
         return None
     if any(finer.values()):
         wide = [f"{c!r} ({n} value(s))" for c, n in outside.items() if n]
@@ -552,6 +562,7 @@ def int96_unit(fs, names, footers):
                          f"outside 1677-09-21..2262-04-11, which need microseconds, and column(s) {', '.join(fine)} "
                          f"hold digits below the microsecond, which need nanoseconds; rewrite the files with "
                          f"INT64 timestamps (Spark: spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS)")
+    _INT96_UNITS[key] = "us"
     return "us"
 
 

@@ -858,6 +858,14 @@ def test_int96_timestamps_beyond_the_nanosecond_range_are_released_as_they_are(t
     got = ddf.compute()
     assert got["valid_to"].tolist() == [pd.NaT if v is None else pd.Timestamp(v) for v in valid_to]
     assert got["born"].tolist() == [pd.Timestamp(v) for v in born]
+    # scanned once per version of the files: a job reads its input two to five times
+    scanned = []
+    scan = io._int96_values
+    monkeypatch.setattr(io, "_int96_values", lambda *pair: scanned.append(1) or scan(*pair))
+    io.read_input(source)
+    assert not scanned
+    os.utime(source / "part-1.parquet", ns=(0, 0))  # a file written again
+    assert io.read_input(source).dtypes["valid_to"] == "datetime64[us]" and scanned
     releases = []
     for name, flags in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", 2])):
         out = _run(tmp_path, name, source, "--k", 3, "--qi", "q0,q1", *flags)
