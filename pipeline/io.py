@@ -234,6 +234,9 @@ def _csv_files(urlpath, dialect):
     import csv
     from concurrent.futures import ThreadPoolExecutor
 
+    # the first row may hold a field beyond the csv module's default limit of 128 KiB (a JSON payload,
+    # a long text), which pandas reads: the limit is raised for the whole process (it only guards memory)
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
     fs, _, paths = fsspec.get_fs_token_paths(urlpath)
     if "sep" not in dialect and paths and all(p.lower().endswith(_TSV_SUFFIXES) for p in paths):
         dialect = {**dialect, "sep": "\t"}

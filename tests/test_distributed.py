@@ -351,6 +351,20 @@ def test_csv_files_read_in_blocks_with_their_columns_in_another_order(tmp_path, 
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "from-two"), pd.read_parquet(tmp_path / "from-one"))
 
 
+def test_a_csv_field_longer_than_128_kib_in_the_first_row(tmp_path):
+    """A JSON payload or a long text in the first row: Python's csv module, which reads the files'
+    headers and first rows, refuses a field beyond 128 KiB by default (the job failed with an
+    internal error, "field larger than field limit"); pandas reads it, and so is it released."""
+    rng = np.random.default_rng(7)
+    blob = '{"events": [' + ", ".join(f'"e{i}"' for i in range(30000)) + "]}"
+    frame = pd.DataFrame({"q0": rng.normal(size=40).round(4), "q1": rng.normal(size=40).round(4),
+                          "payload": [blob] + ["{}"] * 39})
+    frame.to_csv(tmp_path / "events.csv", index=False)
+    assert len(blob) > 2 ** 17
+    out = _run(tmp_path, "release", tmp_path / "events.csv", "--k", 3, "--qi", "q0,q1", "--scheduler", "synchronous")
+    assert pd.read_parquet(out)["payload"].tolist() == frame["payload"].tolist()
+
+
 def test_a_large_k_gets_blocks_of_at_least_2k_rows_unless_a_block_size_is_given(tmp_path, data):
     """k = 3000 without --block-size: blocks of up to 6,000 rows (2k), not the default 2,500 that
     cannot hold two groups (it was refused as "block size must be at least 2k", an option the user
