@@ -251,9 +251,10 @@ def group_weighted(X, weights, labels, n_groups, kind):
       of the 3 middle values).
 
     Ties in value are ordered by row index, so the result does not depend on how rows were split.
-    Each group's weights are scaled by the power of two that brings its largest into [0.5, 1): exact,
-    so the result is that of the weights as given, but neither the group's total weight overflows
-    (weights near the largest float) nor its weighted values underflow (weights near the smallest).
+    Each group's weights are scaled by the power of two that brings its largest into [0.5, 1): exact
+    (but for a weight below 2**-1022 times the largest, which loses digits), so the result is that
+    of the weights as given, but neither the group's total weight overflows (weights near the
+    largest float) nor its weighted values underflow (weights near the smallest).
     """
     n, d = X.shape
     order = np.argsort(labels, kind="mergesort")

@@ -903,24 +903,20 @@ def test_int96_timestamps_beyond_the_nanosecond_range_are_released_as_they_are(t
     out = _run(tmp_path, "fine", tmp_path / "fine.parquet", "--k", 3, "--qi", "q0,q1", "--no-evaluate",
                "--scheduler", "synchronous")
     assert pq.read_table(out).column("seen").to_pylist() == seen.to_pylist()
-    both = table.drop(["spell", "stays", "checks"]).append_column("seen", seen)
-    pq.write_table(both, tmp_path / "both.parquet", use_deprecated_int96_timestamps=True)
-    proc = microagg_cli("anonymize", tmp_path / "both.parquet", tmp_path / "refused", "--k", 3, "--qi", "q0,q1",
-                        "--scheduler", "synchronous")
-    assert proc.returncode == 2, proc.stderr
-    assert ("column(s) 'born' (353 value(s)), 'valid_to' (3692 value(s)) hold dates outside" in proc.stderr
-            and "column(s) 'seen' (5994 value(s)) hold digits below the microsecond" in proc.stderr), proc.stderr
-    assert not (tmp_path / "refused").exists()
+    def refused(frame, name, *messages):
+        pq.write_table(frame, tmp_path / name, use_deprecated_int96_timestamps=True)
+        proc = microagg_cli("anonymize", tmp_path / name, tmp_path / "refused", "--k", 3, "--qi", "q0,q1",
+                            "--scheduler", "synchronous")
+        assert proc.returncode == 2 and all(m in proc.stderr for m in messages), proc.stderr
+        assert not (tmp_path / "refused").exists()
+
+    refused(table.drop(["spell", "stays", "checks"]).append_column("seen", seen), "both.parquet",
+            "column(s) 'born' (353 value(s)), 'valid_to' (3692 value(s)) hold dates outside",
+            "column(s) 'seen' (5994 value(s)) hold digits below the microsecond")
     # the same, the nanoseconds nested in a struct; the spans' 353 + 3692 dates outside
-    nested = table.drop(["valid_to", "born", "stays", "checks"]).append_column(
-        "seen", pa.StructArray.from_arrays([seen], ["at"]))
-    pq.write_table(nested, tmp_path / "nested.parquet", use_deprecated_int96_timestamps=True)
-    proc = microagg_cli("anonymize", tmp_path / "nested.parquet", tmp_path / "refused", "--k", 3, "--qi", "q0,q1",
-                        "--scheduler", "synchronous")
-    assert proc.returncode == 2, proc.stderr
-    assert ("column(s) 'spell' (4045 value(s)) hold dates outside" in proc.stderr
-            and "column(s) 'seen' (5994 value(s)) hold digits below" in proc.stderr), proc.stderr
-    assert not (tmp_path / "refused").exists()
+    refused(table.drop(["valid_to", "born", "stays", "checks"]).append_column(
+        "seen", pa.StructArray.from_arrays([seen], ["at"])), "nested.parquet",
+        "column(s) 'spell' (4045 value(s)) hold dates outside", "column(s) 'seen' (5994 value(s)) hold digits below")
 
 
 def test_a_hive_partitioned_input_keeps_its_partition_column(tmp_path):
