@@ -506,7 +506,26 @@ def _int96_values(micros, nanos):
     return [(micros, nanos)]
 
 
-_INT96_UNITS = {}  # (files, their fsspec keys) -> :func:`int96_unit`
+class _PerVersion:
+    """A few results of a scan of some files, each kept per version of the files (their fsspec
+    ``ukey``: a time or size that changed scans again): a job reads its input two to five times."""
+
+    def __init__(self, size=8):
+        self.size, self.found = size, {}
+
+    def get(self, fs, names, extra, scan):
+        """``scan()``'s result for the files ``names`` of ``fs`` as they are now, and ``extra`` (what
+        else the result depends on); an exception is not kept."""
+        key = (tuple(names), tuple(fs.ukey(name) for name in names), extra)
+        if key not in self.found:
+            found = scan()
+            if len(self.found) >= self.size:
+                self.found.clear()
+            self.found[key] = found
+        return self.found[key]
+
+
+_INT96_UNITS = _PerVersion()  # :func:`int96_unit`'s
 
 
 def int96_unit(fs, names, footers):
@@ -517,19 +536,21 @@ def int96_unit(fs, names, footers):
     struct, list or map too: :func:`int96_types`) are read in both units (one column pass over the
     input) to find out. Values that need microseconds and values with digits below the microsecond,
     in one column or two, have no unit that holds them all: :class:`InputError`. Scanned once per
-    version of the files (their fsspec ``ukey``): a job reads its input two to five times."""
+    version of the files (:class:`_PerVersion`)."""
+    columns = list(int96_types(footers))
+    if not columns:
+        return None
+    return _INT96_UNITS.get(fs, names, (), lambda: _int96_scan(fs, names, columns))
+
+
+def _int96_scan(fs, names, columns):
+    """:func:`int96_unit` of the files ``names`` of ``fs``, whose ``columns`` hold INT96 values."""
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    columns = list(int96_types(footers))
-    if not columns:
-        return None
-    key = (tuple(names), tuple(fs.ukey(name) for name in names))
-    if key in _INT96_UNITS:
-        return _INT96_UNITS[key]
     low, high = np.iinfo(np.int64).min // 1000 + 1, np.iinfo(np.int64).max // 1000
 
     def scan(name):
@@ -553,10 +574,7 @@ def int96_unit(fs, names, footers):
         found = list(pool.map(scan, names))
     outside = {c: sum(f[c][0] for f in found) for c in columns}
     finer = {c: sum(f[c][1] for f in found) for c in columns}
-    if len(_INT96_UNITS) >= 8:
-        _INT96_UNITS.clear()
     if not any(outside.values()):
-        _INT96_UNITS[key] = None
         return None
     if any(finer.values()):
         wide = [f"{c!r} ({n} value(s))" for c, n in outside.items() if n]
@@ -565,7 +583,6 @@ def int96_unit(fs, names, footers):
                          f"outside 1677-09-21..2262-04-11, which need microseconds, and column(s) {', '.join(fine)} "
                          f"hold digits below the microsecond, which need nanoseconds; rewrite the files with "
                          f"INT64 timestamps (Spark: spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS)")
-    _INT96_UNITS[key] = "us"
     return "us"
 
 
@@ -705,7 +722,7 @@ SCAN_BYTES = 8 << 20
 """Bytes of a CSV file read at a time by the scan for line breaks inside quoted fields
 (:func:`_quotes_and_breaks`)."""
 
-_PIECES = {}  # (files, their fsspec keys, blocksize) -> :func:`_csv_pieces`, the scan's result
+_PIECES = _PerVersion()  # :func:`_csv_pieces`'
 
 
 def _quotes_and_breaks(name, start, end):
@@ -753,8 +770,6 @@ def _csv_pieces(files, blocksize):
     ``[(name, start, end, first)]``, in order (:class:`_CSVPieces` reads them). Quotes count as CSV
     writers put them (around a field, doubled inside it); a quote inside an unquoted field (``12"
     pipe``) only moves cuts on to a later line break."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from dask.utils import parse_bytes
 
     size = parse_bytes(blocksize)
@@ -767,9 +782,15 @@ def _csv_pieces(files, blocksize):
     if not ranges:  # every file read whole
         return None
     fs = fsspec.core.url_to_fs(files.names[0])[0]
-    key = (tuple(files.names), tuple(fs.ukey(fs._strip_protocol(n)) for n in ranges), size)
-    if key in _PIECES:
-        return _PIECES[key]
+    return _PIECES.get(fs, [fs._strip_protocol(n) for n in ranges], (tuple(files.names), size),
+                       lambda: _cut(files, ranges))
+
+
+def _cut(files, ranges):
+    """:func:`_csv_pieces` of ``files``, whose files to cut are ``ranges``' (``{name: [(start, end)]}``,
+    spans of one block each), scanned here."""
+    from concurrent.futures import ThreadPoolExecutor
+
     jobs = [(name, a, b) for name, spans in ranges.items() for a, b in spans]
     with ThreadPoolExecutor(min(4, os.cpu_count() or 1, len(jobs) or 1)) as pool:
         found = dict(zip(jobs, pool.map(lambda job: _quotes_and_breaks(*job), jobs)))
@@ -792,11 +813,7 @@ def _csv_pieces(files, blocksize):
         cuts.append(total)
         pieces += [(name, a, b, a == 0) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
     reordered = any(header != files.headers[0] for name, header in zip(files.names, files.headers) if name in ranges)
-    result = pieces if quoted or reordered else None
-    if len(_PIECES) >= 8:
-        _PIECES.clear()
-    _PIECES[key] = result
-    return result
+    return pieces if quoted or reordered else None
 
 
 class _CSVPieces:
