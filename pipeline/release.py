@@ -374,7 +374,7 @@ def _route(part, job):
     weights = job.options.weights
     weight = None if weights is None else part[weights].to_numpy(dtype=np.float64)
     rows = Rows(part[ROW_ID].to_numpy(dtype=np.int64), leaf, X, None, weight)
-    return _split(rows, job.forest.leaf_task[leaf], job.forest.n_tasks)
+    return _split(rows, job.forest.leaf_pack[leaf], job.forest.n_packs)
 
 
 def _release(rows, labels, job, gain):
@@ -390,6 +390,37 @@ def _release(rows, labels, job, gain):
     return Released(rows.row_id, labels, table, summarize(rows, labels, table, job, gain))
 
 
+def _solve_pack(job, pack, *pieces):
+    """One pack of tasks (:meth:`pipeline.blocking.Forest._packs`): a task of its own
+    (:func:`_solve_task`), or trees of one task each (small strata), each solved on its own and
+    released together: ``[released]``."""
+    tasks = job.forest.pack_tasks(pack)
+    if len(tasks) == 1:
+        return _solve_task(job, tasks[0], *pieces)
+    rows = _concat(pieces, len(job.qi))
+    labels = np.empty(len(rows.row_id), dtype=np.int64)
+    groups_before, gain = 0, 0.0
+    bounds, order = groups.group_members(job.forest.leaf_task[rows.leaf] - tasks[0], len(tasks))
+    for task, a, b in zip(tasks, bounds[:-1], bounds[1:]):
+        if b > a:
+            found, _, found_gain = _task_labels(job, task, sequence.take(rows, order[a:b]))
+            labels[order[a:b]] = found + groups_before
+            groups_before += int(found.max()) + 1
+            gain += found_gain
+    return [_release(rows, labels, job, gain)]
+
+
+def _task_labels(job, task, rows):
+    """``(labels, plane, gain)`` of one task's rows (:func:`pipeline.stitch.solve_task`), the planes
+    release-wide."""
+    forest, options = job.forest, job.options
+    Z = kernels.standardize(rows.values, job.mean, job.std)
+    tree, local, leaf_offset, tag_offset = forest.local_task(task)
+    labels, plane, gain = stitch.solve_task(Z, rows.leaf - leaf_offset, tree, local, options.k, solver_of(options),
+                                            stitch.STITCHING[options.stitch], tag_offset)
+    return labels, np.where(plane < 0, -1, plane + forest.upper_offset[forest.task_stratum[task]]), gain
+
+
 def _solve_task(job, task, *pieces):
     """One task (a subtree of leaves): solve, stitch its planes, release the groups that stay.
 
@@ -401,12 +432,7 @@ def _solve_task(job, task, *pieces):
     ancestors = forest.task_ancestors[task]
     if not len(rows.row_id):
         return [_release(rows, rows.leaf, job, 0.0)] + [rows] * len(ancestors)
-    options = job.options
-    Z = kernels.standardize(rows.values, job.mean, job.std)
-    tree, local, leaf_offset, tag_offset = forest.local_task(task)
-    labels, plane, gain = stitch.solve_task(Z, rows.leaf - leaf_offset, tree, local, options.k, solver_of(options),
-                                            stitch.STITCHING[options.stitch], tag_offset)
-    plane = np.where(plane < 0, -1, plane + forest.upper_offset[forest.task_stratum[task]])
+    labels, plane, gain = _task_labels(job, task, rows)
     slot = np.zeros(max(forest.n_upper, 1), dtype=np.int64)
     slot[np.asarray(ancestors, dtype=np.int64)] = np.arange(1, len(ancestors) + 1)
     key = np.where(plane < 0, 0, slot[np.maximum(plane, 0)])  # 0: released here; 1 + i: i-th ancestor plane
@@ -465,22 +491,23 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
     task_rows = options.blocks_per_task * options.block_size
     codes = strata.codes(sample) if strata else None
     tree = blocking.build_forest(Zs, codes, strata.n_trees if strata else 1, fraction, options.block_size,
-                                 task_rows, options.k, options.order, options.one_block_rows)
-    log.info("split tree: %d blocks in %d tasks, %d upper planes (sample of %d rows) in %.2f s",
-             tree.n_leaves, tree.n_tasks, tree.n_upper, len(sample), time.perf_counter() - start)
+                                 task_rows, options.k, options.order, options.one_block_rows,
+                                 strata.tree_rows if strata else None)
+    log.info("split tree: %d blocks in %d tasks (%d packs), %d upper planes (sample of %d rows) in %.2f s",
+             tree.n_leaves, tree.n_tasks, tree.n_packs, tree.n_upper, len(sample), time.perf_counter() - start)
     job = delayed(_Job(tuple(qi), mean, std, tree, options, strata, first_column, edges=edges),
                   name=f"microagg-job-{uuid.uuid4().hex}")
     columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
     layer = graph.Layer("microagg-blocks")
     routed = [layer.task(("route", i), _route, part, job) for i, part in enumerate(frame[columns].to_delayed())]
-    inbound = layer.exchange("rows", routed, tree.n_tasks, partial(_concat, width=len(qi)), rows=n_rows)
-    tasks = [layer.task(("solve", t), _solve_task, job, t, *inbound[t]) for t in range(tree.n_tasks)]
-    released = [layer.item(t, 0) for t in tasks]
+    inbound = layer.exchange("rows", routed, tree.n_packs, partial(_concat, width=len(qi)), rows=n_rows)
+    packs = [layer.task(("solve", p), _solve_pack, job, p, *inbound[p]) for p in range(tree.n_packs)]
+    released = [layer.item(p, 0) for p in packs]
     if tree.n_upper:
         pieces = [[] for _ in range(tree.n_upper)]
-        for t, solved in enumerate(tasks):
+        for t, pack in enumerate(tree.task_pack):  # a task below an upper plane has a pack of its own
             for slot, position in enumerate(tree.task_ancestors[t]):
-                pieces[position].append(layer.item(solved, 1 + slot))
+                pieces[position].append(layer.item(packs[pack], 1 + slot))
         released += [layer.task(("upper", p), _stitch_upper, job, p, *pieces[p]) for p in range(tree.n_upper)]
     return layer.delayed(released), tree
 
@@ -631,8 +658,7 @@ def _mic1d_bounds(strata, n_rows, width):
     """Where each stratum's values start in the Mic1D-k sequence of a block of ``width`` columns."""
     if strata is None:
         return mic1d.stratum_bounds([n_rows * width])
-    rows = np.bincount(strata.tree_of, weights=strata.rows, minlength=strata.n_trees).astype(np.int64)
-    return mic1d.stratum_bounds(rows * width)
+    return mic1d.stratum_bounds(strata.tree_rows * width)
 
 
 def solve_mic1d(frame, qi, n_rows, mean, std, options, strata=None, first_column=0, sample=None, edges=None):

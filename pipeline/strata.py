@@ -57,6 +57,11 @@ class Strata:
     def n_trees(self):
         return int(self.tree_of.max()) + 1 if len(self.tree_of) else 0
 
+    @property
+    def tree_rows(self):
+        """The rows of each tree (each stratum after merges)."""
+        return np.bincount(self.tree_of, weights=self.rows, minlength=self.n_trees).astype(np.int64)
+
     def codes(self, part):
         """The tree of every row of ``part``."""
         if len(self.columns) == 1:
@@ -75,6 +80,27 @@ class Strata:
         for small, into, rows in self.merged:
             out["merged"].append({"stratum": small, "rows": rows, "into": into})
         return out
+
+
+def _nearest(points, centres):
+    """For each of ``points``, the first of ``centres`` at the least squared distance, as
+    ``((centres - point) ** 2).sum(axis=1)`` computes it. The distances are first found by a matrix
+    product (``|p|^2 - 2 p.c + |c|^2``: 10,265 small strata against 9,180 took 0.1 s, not 4 s), then
+    those within its rounding of the least are computed again that way, so the choice is the same."""
+    lengths = (centres ** 2).sum(axis=1)
+    largest = lengths.max() if len(lengths) else 0.0
+    out = np.empty(len(points), dtype=np.int64)
+    step = max(1, (1 << 22) // max(len(centres), 1))  # points at a time: 32 MiB of distances at most
+    for a in range(0, len(points), step):
+        chunk = points[a:a + step]
+        own = (chunk ** 2).sum(axis=1)
+        approx = own[:, None] - 2.0 * (chunk @ centres.T) + lengths[None, :]
+        close = approx <= (approx.min(axis=1) + 1e-9 * (own + largest) + 1e-300)[:, None]
+        out[a:a + len(chunk)] = np.argmax(close, axis=1)
+        for i in np.flatnonzero(close.sum(axis=1) > 1):  # near-ties: decided as the direct sum decides
+            near = np.flatnonzero(close[i])
+            out[a + i] = near[np.argmin(((centres[near] - chunk[i]) ** 2).sum(axis=1))]
+    return out
 
 
 def plan_strata(columns, evidence, qi, mean, std, k, small="error"):
@@ -105,9 +131,8 @@ def plan_strata(columns, evidence, qi, mean, std, k, small="error"):
             raise InputError(f"no stratum has k={k} rows or more: nothing to merge the small strata into")
         scale = np.where(std > 0, std, np.inf)
         centre = (sums.to_numpy(dtype=np.float64) / rows[:, None] - mean) / scale
-        for i, name in zip(small_ones, names):
-            distance = ((centre[big] - centre[i]) ** 2).sum(axis=1)
-            into = big[int(np.argmin(distance))]  # ties: the first stratum in sort order
+        for i, name, into in zip(small_ones, names, _nearest(centre[small_ones], centre[big])):
+            into = big[into]
             tree_of[i] = tree_of[into]
             merged.append((name, _name(columns, keys[into]), int(rows[i])))
     return Strata(tuple(columns), keys, rows, tree_of, tuple(merged))

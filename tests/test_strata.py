@@ -100,3 +100,49 @@ def test_a_stratum_is_named_by_its_values():
 
     assert strata._name(["region", "year"], (np.str_("north"), np.int64(2026))) == "region='north', year=2026"
     assert strata._name(["share"], np.float64(0.5)) == "share=0.5"
+
+
+def test_many_small_strata_are_solved_in_packs_as_each_alone(tmp_path, frame):
+    """Strata of one task share a Dask partition (a pack) up to a task's rows, each still solved on
+    its own: the release is the in-memory one, where every task is solved apart. Large strata keep
+    their tasks and upper planes."""
+    from microagg.pipeline import blocking
+
+    df = frame.copy()
+    rng = np.random.default_rng(3)
+    df["cell"] = np.where(np.arange(len(df)) < 4000, 0, 1 + rng.zipf(1.6, len(df)) % 150)  # one large, many small
+    args = dict(quasi_identifiers=QI, identifiers=["person_id"], strata=["cell"], small_strata="merge",
+                block_size=400, blocks_per_task=3, one_block_rows=400)
+    in_memory = microagg.anonymize(df, 4, **args)
+    with dask.config.set(scheduler="synchronous"):
+        distributed = microagg.anonymize(dd.from_pandas(df, npartitions=4), 4, **args).compute()
+    pd.testing.assert_frame_equal(distributed.reset_index(drop=True), in_memory.reset_index(drop=True))
+    assert_k_anonymous(in_memory, QI, 4)
+
+    rows = df["cell"].value_counts().sort_index().to_numpy()
+    none = np.zeros(0)
+    trees = [blocking.SplitTree(none, none, none, none, leaf_task=np.arange(n), task_root=-1 - np.arange(n),
+                                upper=np.zeros(n - 1, dtype=np.int64), task_ancestors=[[]] * n)
+             for n in [3, *[1] * (len(rows) - 1)]]  # the first stratum in 3 tasks (a leaf each), the others in 1
+    forest = blocking.Forest(trees, rows, 1200)
+    assert forest.n_packs < forest.n_tasks
+    assert list(forest.task_pack[:4]) == [0, 1, 2, 3]  # a tree of several tasks: a pack per task
+    assert (np.diff(forest.task_pack) >= 0).all()
+    packs = forest.task_pack[3:]
+    filled, trees_in = np.bincount(packs, weights=rows[1:])[3:], np.bincount(packs)[3:]
+    assert (filled[trees_in > 1] <= 1200).all() and trees_in.max() > 1
+    first_rows = rows[1:][np.searchsorted(packs, np.arange(4, forest.n_packs))]
+    assert (filled[:-1] + first_rows > 1200).all()  # each pack as full as the next tree lets it be
+    assert all(forest.pack_tasks(p) == range(p, p + 1) for p in range(3))
+
+
+def test_the_nearest_stratum_is_found_as_the_direct_sums_find_it():
+    from microagg.pipeline import strata
+
+    rng = np.random.default_rng(4)
+    centres = np.round(rng.normal(size=(300, 5)), 1)
+    centres[7] = centres[3]  # a tie: the first in order wins
+    points = np.vstack([centres[3] + 1e-17, np.round(rng.normal(size=(500, 5)), 1), rng.normal(size=(50, 5)) * 1e6])
+    expected = [int(np.argmin(((centres - p) ** 2).sum(axis=1))) for p in points]
+    assert list(strata._nearest(points, centres)) == expected
+    assert strata._nearest(points, centres)[0] == 3

@@ -40,7 +40,8 @@ restart shows as an extra process). A size whose data, floor output, release and
 the free disk (with a margin) is skipped with the reason.
 
 ``modes``: the release modes of issue 5 (plain, Laplace noise, preference range, median and trimmed
-aggregates, strata, attribute blocks) end to end.
+aggregates, strata, attribute blocks) end to end; ``cells``: strata of about 20,000 cells, most of them
+small, half below k (merged).
 
 ``methods``: the CLI end to end with each block method on the same extract (issue 4): IL, seconds
 and the ratio to the first method's seconds.
@@ -157,7 +158,14 @@ def _zeros(df, i):
     return df
 
 
-DERIVED = {"holes": _holes, "weighted": _weighted, "zeros": _zeros}
+def _cells(df, i):
+    """A ``cell`` column of about 20,000 strata of zipf-like sizes (a few of 100,000 rows and more, about
+    half below k = 5: the cells of a fine cross-classification; deterministic per file)."""
+    df["cell"] = (np.random.default_rng(900 + i).zipf(1.3, len(df)) % 20000).astype(np.int32)
+    return df
+
+
+DERIVED = {"holes": _holes, "weighted": _weighted, "zeros": _zeros, "cells": _cells}
 
 
 def derived_extract(rows, root, name):
@@ -314,11 +322,12 @@ MODES = {
     "median": ["--aggregate", "median"],
     "trimmed": ["--aggregate", "trimmed"],
     "strata": ["--strata", "region"],
+    "cells": ["--strata", "cell", "--small-strata", "merge"],
     "blocks": ["--blocks", "q0,q1,q2,q3,q4,q5;q6,q7,q8,q9,q10,q11,q12"],
     "weighted": ["--weights", "weight"],
     "missing": ["--missing", "centroid"],
 }
-DATA = {"weighted": "weighted", "missing": "holes"}  # modes that need a derived extract
+DATA = {"weighted": "weighted", "missing": "holes", "cells": "cells"}  # modes that need a derived extract
 
 
 def modes(args):
