@@ -367,6 +367,8 @@ def assign_upper(Z, labels, tree, task, settings):
     No plane receives more than about :data:`UPPER_ROWS` rows: each task sends a plane at most its
     share of them (by the leaves below the plane), its groups nearest the plane first.
     """
+    if not tree.task_ancestors[task]:  # no plane above the task (a stratum of one task, say)
+        return np.full(int(labels.max()) + 1, -1, dtype=np.int64)
     centroids, radius, sizes = groups.group_shape(Z, labels, int(labels.max()) + 1)
     plane = np.full(len(radius), -1, dtype=np.int64)
     best = np.full(len(radius), np.inf)

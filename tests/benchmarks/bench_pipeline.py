@@ -41,7 +41,7 @@ the free disk (with a margin) is skipped with the reason.
 
 ``modes``: the release modes of issue 5 (plain, Laplace noise, preference range, median and trimmed
 aggregates, strata, attribute blocks) end to end; ``cells``: strata of about 20,000 cells, most of them
-small, half below k (merged).
+small, half below k (merged); ``areas``: 50,000 strata of even sizes.
 
 ``methods``: the CLI end to end with each block method on the same extract (issue 4): IL, seconds
 and the ratio to the first method's seconds.
@@ -165,7 +165,13 @@ def _cells(df, i):
     return df
 
 
-DERIVED = {"holes": _holes, "weighted": _weighted, "zeros": _zeros, "cells": _cells}
+def _areas(df, i):
+    """An ``area`` column of 50,000 strata of even sizes (small areas: 20 rows each per million)."""
+    df["area"] = np.random.default_rng(950 + i).integers(0, 50000, len(df)).astype(np.int32)
+    return df
+
+
+DERIVED = {"holes": _holes, "weighted": _weighted, "zeros": _zeros, "cells": _cells, "areas": _areas}
 
 
 def derived_extract(rows, root, name):
@@ -323,11 +329,12 @@ MODES = {
     "trimmed": ["--aggregate", "trimmed"],
     "strata": ["--strata", "region"],
     "cells": ["--strata", "cell", "--small-strata", "merge"],
+    "areas": ["--strata", "area", "--small-strata", "merge"],
     "blocks": ["--blocks", "q0,q1,q2,q3,q4,q5;q6,q7,q8,q9,q10,q11,q12"],
     "weighted": ["--weights", "weight"],
     "missing": ["--missing", "centroid"],
 }
-DATA = {"weighted": "weighted", "missing": "holes", "cells": "cells"}  # modes that need a derived extract
+DATA = {"weighted": "weighted", "missing": "holes", "cells": "cells", "areas": "areas"}  # modes that need a derived extract
 
 
 def modes(args):
