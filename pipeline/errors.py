@@ -20,6 +20,12 @@ class CSVTypeChange(InputError):
     again with every column's type decided from all its rows (``pipeline.io.csv_types``)."""
 
 
+class CSVParseError(InputError):
+    """A row of a CSV input cannot be parsed (more fields than the header, a quote left open), as
+    pandas reports it for the block of the file that holds it; ``pipeline.io.locate_parse_error``
+    names the file and the line."""
+
+
 class ReleaseGateError(MicroaggError):
     """The release failed a check (k-anonymity, row count) and was not written."""
 

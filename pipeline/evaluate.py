@@ -91,7 +91,7 @@ from ..kernels import groups, histogram, linkage
 from ..kernels.stats import HUGE
 from . import columns, graph, io, metrics, stats
 from .blocking import sample_plan
-from .errors import CSVTypeChange, InputError
+from .errors import CSVParseError, CSVTypeChange, InputError
 from .release import Timings, persisted
 from .release import html_path as release_html_path
 from .validation import check_k, non_numeric_error, non_numeric_values
@@ -1001,6 +1001,11 @@ def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percen
         masked, masked_widened = io.read_retyped(masked_path, numbers, csv=csv)
         report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, **options)
         report["input_types_widened"] = {"original": widened, "masked": masked_widened}
+    except CSVParseError as exc:  # a malformed row: name its file and line
+        for path in (original_path, masked_path):
+            if (located := io.locate_parse_error(path, exc, csv=csv)) is not exc:
+                raise located from exc
+        raise
     page = html_path(report_path) if html else None
     report.update(original=str(original_path), masked=str(masked_path), report=str(report_path), html=page)
     if page is not None:

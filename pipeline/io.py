@@ -5,6 +5,7 @@ import contextlib
 import glob
 import logging
 import os
+import re
 import shutil
 import socket
 import threading
@@ -21,7 +22,7 @@ from dask.dataframe.io.csv import read_pandas
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 
 from . import interrupts
-from .errors import CSVTypeChange, InputError, OutputBusyError, ReleaseGateError
+from .errors import CSVParseError, CSVTypeChange, InputError, OutputBusyError, ReleaseGateError
 
 log = logging.getLogger(__name__)
 
@@ -941,6 +942,10 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
     except (OSError, ValueError) as exc:
         if fmt == "parquet" and "duplicate field" in str(exc):
             _refuse_duplicate_fields(*files)
+        import pandas as pd
+
+        if fmt == "csv" and isinstance(exc, pd.errors.ParserError):  # in the first file's head, read for the types
+            raise _parse_error(files.names[0], _parser_message(exc)) from exc
         raise _unreadable(path, fmt, exc) from exc
     if fmt == "csv":
         if any(h != files.headers[0] for h in files.headers):  # the same columns in another order: each block
@@ -975,10 +980,87 @@ def first_pass():
         import pandas as pd
 
         if isinstance(exc, pd.errors.ParserError):  # a row with more fields than the header, a quote left open
-            found = " ".join(str(exc).replace("Error tokenizing data. C error: ", "").split())
-            raise InputError(f"the CSV input cannot be parsed: {found} (counted from the start of its file, or of "
-                             f"its block of {CSV_BLOCKSIZE} in a larger file); fix or drop that row") from exc
+            raise CSVParseError(f"the CSV input cannot be parsed: {_parser_message(exc)} (counted from the start "
+                                f"of its file, or of its block of {CSV_BLOCKSIZE} in a larger file); fix or drop "
+                                f"that row") from exc
         raise
+
+
+def _parser_message(exc):
+    """pandas' message of a ParserError, on one line and without its prefix."""
+    return " ".join(str(exc).replace("Error tokenizing data. C error: ", "").split())
+
+
+def _block_rows(block, names, first, dialect):
+    """``(rows, None)``: the rows of one block of a CSV file (as :func:`_block_kinds` reads it), or
+    ``(None, pandas' message)`` if it cannot be parsed."""
+    from io import BytesIO
+
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(BytesIO(block), header=0 if first else None, names=None if first else names,
+                            low_memory=False, **dialect)  # each column's type guessed whole: no type warning
+    except pd.errors.ParserError as exc:
+        return None, _parser_message(exc)
+    return len(frame), None
+
+
+def locate_parse_error(path, error, blocksize=None, csv=None):
+    """The :class:`CSVParseError` ``error`` of a CSV input, with the file and the line in it: every
+    block is parsed again (the job fails anyway), and the rows of the file's blocks before the first
+    that fails are added to pandas' line in that block (which it counts from the block's start).
+    ``error`` itself if no block fails on its own, or if the input is not CSV."""
+    import dask
+
+    fmt, urlpath = resolve_input(path)
+    if fmt != "csv":
+        return error
+    data, csv = _csv_data_files(path, urlpath, csv or {})
+    blocks = _csv_blocks(data, blocksize or CSV_BLOCKSIZE, data.compression(path) is not None)
+    read = dask.delayed(_block_rows, pure=True)
+    found = dask.compute(*[read(block, header, first, csv) for _, block, header, first in blocks])
+    before = {}
+    for (name, _, _, first), (rows, message) in zip(blocks, found):
+        if message is None:
+            before[name] = before.get(name, 0) + rows
+        else:
+            return _parse_error(name, message, before.get(name, 0), first)
+    return error
+
+
+def _parse_error(name, message, before=0, first=True):
+    """The :class:`CSVParseError` of pandas' ``message`` for a block of the CSV file ``name`` that
+    follows ``before`` of its rows (``first``: the block starts the file, with its header)."""
+    # pandas counts a block's lines from 1 and its rows from 0, the header of a file's first block included
+    line = re.search(r" in line (\d+)", message) or re.search(r" starting at row (\d+)", message)
+    where = f"file {name}"
+    if line:
+        number = before + int(line.group(1)) + (0 if first else 1) + (0 if "line" in line.group(0) else 1)
+        message = message.replace(line.group(0), "")
+        if message.startswith("EOF inside string"):
+            message += " (a quote opened on that line is never closed)"
+        where += f", line {number:,} (the header is line 1; a quoted field over several lines counts as one)"
+    else:
+        where += f", after its first {before:,} rows"
+    return CSVParseError(f"the CSV input cannot be parsed: {where}: {message}; fix or drop that row")
+
+
+def _csv_blocks(data, blocksize, compressed):
+    """The blocks of a CSV input's data files as its reads cut them: ``[(file name, delayed bytes, header
+    (column names), whether the block starts its file)]``, in order."""
+    import dask
+    from dask.bytes import read_bytes
+
+    pieces = None if compressed else _csv_pieces(data, blocksize)
+    if pieces:  # cut at line breaks outside quotes
+        headers = dict(zip(data.names, data.headers))
+        piece = dask.delayed(_piece_bytes, pure=True)
+        return [(name, piece(name, start, end), headers[name], first) for name, start, end, first in pieces]
+    _, files = read_bytes(data.patterns(), delimiter=b"\n", blocksize=None if compressed else blocksize,
+                          sample=False, compression="infer")
+    return [(name, block, header, i == 0) for name, blocks, header in zip(data.names, files, data.headers)
+            for i, block in enumerate(blocks)]
 
 
 def _refuse_duplicate_fields(fs, files):
@@ -1074,29 +1156,22 @@ def csv_types(path, numbers=None, blocksize=None, csv=None):
     ("quasi-identifier", "weights"); :class:`InputError` names each that holds text, with its role,
     its count of such rows and an example."""
     import dask
-    from dask.bytes import read_bytes
 
     fmt, urlpath = resolve_input(path)
     if fmt != "csv":
         return None
     blocksize = blocksize or CSV_BLOCKSIZE
     guessed = read_input(path, blocksize, csv=csv).dtypes
-    data, csv = _csv_data_files(path, urlpath, csv or {})
-    compressed = data.compression(path) is not None
-    pieces = None if compressed else _csv_pieces(data, blocksize)
-    if pieces:  # as the input is read: cut at line breaks outside quotes
-        headers = dict(zip(data.names, data.headers))
-        piece = dask.delayed(_piece_bytes, pure=True)
-        blocks = [(piece(name, start, end), headers[name], first) for name, start, end, first in pieces]
-    else:
-        _, files = read_bytes(data.patterns(), delimiter=b"\n", blocksize=None if compressed else blocksize,
-                              sample=False, compression="infer")
-        blocks = [(block, header, i == 0) for blocks, header in zip(files, data.headers)
-                  for i, block in enumerate(blocks)]
+    data, dialect = _csv_data_files(path, urlpath, csv or {})
+    blocks = _csv_blocks(data, blocksize, data.compression(path) is not None)
     read = dask.delayed(_block_kinds, pure=True)
     numbers = dict(numbers or {})
-    with first_pass():  # a row that does not fit the header: InputError
-        found = dask.compute(*[read(block, header, first, csv, tuple(numbers)) for block, header, first in blocks])
+    try:
+        with first_pass():  # a row that does not fit the header
+            found = dask.compute(*[read(block, header, first, dialect, tuple(numbers))
+                                   for _, block, header, first in blocks])
+    except CSVParseError as exc:
+        raise locate_parse_error(path, exc, blocksize, csv) from exc
     bad = {}
     for _, text in found:
         for column, (count, example) in text.items():

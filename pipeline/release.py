@@ -51,7 +51,7 @@ from . import blocking, graph, interrupts, io, metrics, mic1d, sequence, stats, 
 from .sequence import check_sequence
 from .strata import check_strata, partition_counts, plan_strata
 from .api import released_table, where_mask
-from .errors import CSVTypeChange, InputError, ReleaseGateError, StorageError
+from .errors import CSVParseError, CSVTypeChange, InputError, ReleaseGateError, StorageError
 from .solver import Solver
 from .validation import (
     check_aggregate,
@@ -1452,6 +1452,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
             timings.seconds["csv types"] = round(time.perf_counter() - started, 4)  # the failed pass's time too
             released, report = build_release(ddf, options, timings, identifier_key, columns, keep)
             report["input_types_widened"] = dtypes
+        except CSVParseError as exc:  # a malformed row: name its file and line
+            raise io.locate_parse_error(input_path, exc, csv=csv) from exc
         report["input_kept_in_memory"] = keep
         report.update(input=str(input_path), output=str(output))
         if csv:

@@ -5,6 +5,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 
 import dask
 import dask.dataframe as dd
@@ -319,8 +320,53 @@ def test_line_breaks_inside_quoted_fields_of_a_csv_read_in_blocks(tmp_path, monk
     code = cli.main(["anonymize", str(tmp_path / "bad.csv"), str(tmp_path / "refused"), "--k", "3", "--qi", "q0,q1",
                      "--scheduler", "synchronous"])
     err = capsys.readouterr().err
-    assert code == 2 and "the CSV input cannot be parsed: Expected 5 fields in line" in err and "saw 6" in err, err
+    with pytest.raises(pd.errors.ParserError, match=r"in line (\d+),") as whole:  # pandas on the whole file
+        pd.read_csv(tmp_path / "bad.csv")
+    line = int(re.search(r"in line (\d+),", str(whole.value)).group(1))
+    assert line > 3000  # past the first blocks, whose rows are counted in
+    assert code == 2 and (f"the CSV input cannot be parsed: file {tmp_path / 'bad.csv'}, line {line:,} (the header is "
+                          f"line 1; a quoted field over several lines counts as one): Expected 5 fields, saw 6") in err, err
     assert not (tmp_path / "refused").exists()
+
+
+def test_a_malformed_csv_row_is_named_by_its_file_and_line(tmp_path, monkeypatch, capsys):
+    """pandas counts a malformed row's line from the start of the block that holds it: the message
+    named a line of some 64 MB block of some file. The job now names the file and the line in it."""
+    from microagg.pipeline import io
+    from microagg.jobs import cli
+
+    monkeypatch.setattr(io, "CSV_BLOCKSIZE", "16KiB")
+    rng = np.random.default_rng(8)
+    frames = [pd.DataFrame({"q0": rng.normal(size=3000).round(4), "q1": rng.normal(size=3000).round(4),
+                            "code": rng.integers(0, 99, 3000)}) for _ in range(2)]
+    source = tmp_path / "export"
+    source.mkdir()
+    for i, frame in enumerate(frames):
+        frame.to_csv(source / f"part-{i}.csv", index=False)
+
+    def refused(name, row, change):
+        lines = (source / name).read_text().split("\n")
+        lines[row] = change(lines[row])
+        (source / name).write_text("\n".join(lines))
+        code = cli.main(["anonymize", f"{source}/*.csv", str(tmp_path / "out"), "--k", "3", "--qi", "q0,q1",
+                         "--scheduler", "synchronous"])
+        assert code == 2 and not (tmp_path / "out").exists()
+        return capsys.readouterr().err
+
+    err = refused("part-1.csv", 2400, lambda line: line + ",7")  # in the 4th block of the second file
+    assert f"cannot be parsed: file {source / 'part-1.csv'}, line 2,401 (the header is line 1" in err, err
+    assert "Expected 3 fields, saw 4; fix or drop that row" in err
+    code = cli.main(["evaluate", f"{source}/*.csv", f"{source}/*.csv", "--qi", "q0,q1", "--k", "3",
+                     "--scheduler", "synchronous"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"cannot be parsed: file {source / 'part-1.csv'}, line 2,401 (the header" in err, err
+    frames[1].to_csv(source / "part-1.csv", index=False)
+    err = refused("part-0.csv", 5, lambda line: line + ",7,8")  # in the first block
+    assert f"file {source / 'part-0.csv'}, line 6 (the header" in err and "saw 5" in err, err
+    frames[0].to_csv(source / "part-0.csv", index=False)
+    err = refused("part-1.csv", 2999, lambda line: '"' + line)  # a quote left open at the last row
+    assert f"file {source / 'part-1.csv'}, line 3,000 (the header is line 1" in err, err
+    assert "EOF inside string (a quote opened on that line is never closed)" in err
 
 
 def test_csv_files_read_in_blocks_with_their_columns_in_another_order(tmp_path, monkeypatch, capsys):
