@@ -85,7 +85,8 @@ class Strata:
 def _nearest(points, centres):
     """For each of ``points``, the first of ``centres`` at the least squared distance, as
     ``((centres - point) ** 2).sum(axis=1)`` computes it. The distances are first found by a matrix
-    product (``|p|^2 - 2 p.c + |c|^2``: 10,265 small strata against 9,180 took 0.1 s, not 4 s), then
+    product (``|p|^2 - 2 p.c + |c|^2``: 10,265 small strata against 9,180 large ones, and
+    :func:`plan_strata` took 0.47 s, not 4.35 s), then
     those within its rounding of the least are computed again that way, so the choice is the same."""
     lengths = (centres ** 2).sum(axis=1)
     largest = lengths.max() if len(lengths) else 0.0
