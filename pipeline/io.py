@@ -992,15 +992,16 @@ def _parser_message(exc):
 
 
 def _block_rows(block, names, first, dialect):
-    """``(rows, None)``: the rows of one block of a CSV file (as :func:`_block_kinds` reads it), or
-    ``(None, pandas' message)`` if it cannot be parsed."""
+    """``(lines, None)``: the lines pandas counts in one block of a CSV file (as :func:`_block_kinds`
+    reads it: its rows and blank lines, a quoted field over several lines as one), or ``(None,
+    pandas' message)`` if it cannot be parsed."""
     from io import BytesIO
 
     import pandas as pd
 
     try:
         frame = pd.read_csv(BytesIO(block), header=0 if first else None, names=None if first else names,
-                            low_memory=False, **dialect)  # each column's type guessed whole: no type warning
+                            low_memory=False, skip_blank_lines=False, **dialect)  # no type warning
     except pd.errors.ParserError as exc:
         return None, _parser_message(exc)
     return len(frame), None

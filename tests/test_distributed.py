@@ -353,7 +353,10 @@ def test_a_malformed_csv_row_is_named_by_its_file_and_line(tmp_path, monkeypatch
         assert code == 2 and not (tmp_path / "out").exists()
         return capsys.readouterr().err
 
+    (source / "part-1.csv").write_text((source / "part-1.csv").read_text().replace("\n", "\n\n\n", 1))
     err = refused("part-1.csv", 2400, lambda line: line + ",7")  # in the 4th block of the second file
+    with pytest.raises(pd.errors.ParserError, match="in line 2401,"):  # pandas counts blank lines too
+        pd.read_csv(source / "part-1.csv")
     assert f"cannot be parsed: file {source / 'part-1.csv'}, line 2,401 (the header is line 1" in err, err
     assert "Expected 3 fields, saw 4; fix or drop that row" in err
     code = cli.main(["evaluate", f"{source}/*.csv", f"{source}/*.csv", "--qi", "q0,q1", "--k", "3",
