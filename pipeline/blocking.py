@@ -232,11 +232,9 @@ class Forest:
         if len(self.trees) == 1:
             return self.trees[0].route(Z)
         leaf = np.empty(Z.shape[0], dtype=np.int64)
-        order = np.argsort(stratum, kind="stable")
-        present, starts = np.unique(stratum[order], return_index=True)
-        for s, a, b in zip(present, starts, [*starts[1:], len(order)]):
-            rows = order[a:b]
-            leaf[rows] = self.leaf_offset[s] + self.trees[s].route(np.ascontiguousarray(Z[rows]))
+        for s, rows in enumerate(by_stratum(stratum, len(self.trees))):
+            if len(rows):
+                leaf[rows] = self.leaf_offset[s] + self.trees[s].route(np.ascontiguousarray(Z[rows]))
         return leaf
 
     def route_raw(self, X, mean, std, stratum=None):
@@ -301,6 +299,14 @@ def at_mean(Z):
     return np.ascontiguousarray(np.where(np.isnan(Z), 0.0, Z))
 
 
+def by_stratum(stratum, n_strata):
+    """The positions of each stratum's rows (``stratum``: codes ``0..n_strata-1``), each in increasing
+    order: one sort, where a mask per stratum made thousands of strata cost seconds."""
+    order = np.argsort(stratum, kind="stable")
+    bounds = np.searchsorted(stratum[order], np.arange(n_strata + 1))
+    return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 def build_forest(Z, stratum, n_strata, fraction, block_size, task_rows, k, order="kd", one_block_rows=0,
                  tree_rows=None):
     """A :class:`Forest` from the sample ``Z`` (rows in row-id order) and the sample rows' strata
@@ -309,11 +315,9 @@ def build_forest(Z, stratum, n_strata, fraction, block_size, task_rows, k, order
     Z = at_mean(Z)
     if stratum is None:
         return Forest([build_tree(Z, fraction, block_size, task_rows, k, order, one_block_rows)])
-    order_of = np.argsort(stratum, kind="stable")  # each stratum's sample rows together, in row-id order
-    bounds = np.searchsorted(stratum[order_of], np.arange(n_strata + 1))
     trees = []
-    for s in range(n_strata):
-        rows = np.ascontiguousarray(Z[order_of[bounds[s]:bounds[s + 1]]])
+    for rows in by_stratum(stratum, n_strata):
+        rows = np.ascontiguousarray(Z[rows])
         trees.append(build_tree(rows, fraction, block_size, task_rows, k, order if len(rows) > 1 else "kd",
                                 one_block_rows))
     return Forest(trees, tree_rows, task_rows)

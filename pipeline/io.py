@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from functools import partial
 from importlib.resources import files
 from typing import NamedTuple
 
@@ -995,16 +996,24 @@ def _block_rows(block, names, first, dialect):
     """``(lines, None)``: the lines pandas counts in one block of a CSV file (as :func:`_block_kinds`
     reads it: its rows and blank lines, a quoted field over several lines as one), or ``(None,
     pandas' message)`` if it cannot be parsed."""
+    import pandas as pd
+
+    try:
+        frame = _read_block(block, names, first, dialect, low_memory=False, skip_blank_lines=False)
+    except pd.errors.ParserError as exc:
+        return None, _parser_message(exc)
+    return len(frame), None
+
+
+def _read_block(block, names, first, dialect, **options):
+    """``pandas.read_csv`` of one block of a CSV file on its own: under its header if it starts the
+    file (``first``), else under the file's column ``names``."""
     from io import BytesIO
 
     import pandas as pd
 
-    try:
-        frame = pd.read_csv(BytesIO(block), header=0 if first else None, names=None if first else names,
-                            low_memory=False, skip_blank_lines=False, **dialect)  # no type warning
-    except pd.errors.ParserError as exc:
-        return None, _parser_message(exc)
-    return len(frame), None
+    return pd.read_csv(BytesIO(block), header=0 if first else None, names=None if first else names, **dialect,
+                       **options)
 
 
 def locate_parse_error(path, error, blocksize=None, csv=None):
@@ -1101,15 +1110,9 @@ def _block_kinds(block, names, first, dialect, qi):
     ``i`` whole numbers, ``f`` numbers, ``b`` booleans, ``O`` text; ``n`` whole numbers and empty
     cells, which pandas reads as float64; ``e`` no value at all) and, for each QI of ``qi`` read as
     text, ``(rows that are not numbers, the first)``."""
-    from io import BytesIO
-
     import pandas as pd
 
-    def read(**options):
-        return pd.read_csv(BytesIO(block), header=0 if first else None, names=None if first else names, **dialect,
-                           **options)
-
-    frame, integers = _with_integers(read)
+    frame, integers = _with_integers(partial(_read_block, block, names, first, dialect))
     kinds = {c: "e" if frame[c].isna().all() else frame[c].dtype.kind for c in frame.columns}
     kinds.update(dict.fromkeys(integers, "n"))
     text = {}
