@@ -32,8 +32,9 @@ dev: $(DEVSTAMP)
 demo: $(STAMP)
 	$(BIN)/microagg anonymize example:census demo-release --k 5 --method mdav
 
+# two pytest processes (pytest-xdist): most tests wait on a subprocess, a cluster's start or an import
 test: $(DEVSTAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 bench: $(BENCHSTAMP)
 	$(BIN)/python -m pytest -q -m slow
