@@ -242,6 +242,8 @@ def _csv_files(urlpath, dialect):
     fs, _, paths = fsspec.get_fs_token_paths(urlpath)
     if "sep" not in dialect and paths and all(p.lower().endswith(_TSV_SUFFIXES) for p in paths):
         dialect = {**dialect, "sep": "\t"}
+    if len(dialect.get("sep", ",").encode()) > 1:  # pandas' C reader takes one byte (it warned, then took this)
+        dialect = {**dialect, "engine": "python"}
     encoding = dialect.get("encoding", "utf-8")
     # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name (pandas drops it)
     encoding = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
@@ -722,56 +724,73 @@ _read_csv.__name__ = "read_csv"  # Dask names its reader in its messages
 
 SCAN_BYTES = 8 << 20
 """Bytes of a CSV file read at a time by the scan for line breaks inside quoted fields
-(:func:`_quotes_and_breaks`)."""
+(:func:`_record_ends`)."""
 
 _PIECES = _PerVersion()  # :func:`_csv_pieces`'
 
 
-def _quotes_and_breaks(name, start, end):
-    """Bytes ``start..end`` of a CSV file: ``(parity, first)``, the parity of their count of quote
-    characters and, for ``s`` 0 and 1, ``first[s]`` the position of their first line break after an
-    even (0) or odd (1) count of quotes from ``start`` (-1: none). A quote-free stretch holds line
-    breaks of one parity only, and is only counted once the first is found."""
-    first = [-1, -1]
-    parity = 0
+def _record_ends(name, start, end, sep):
+    """Bytes ``start..end`` of a CSV file whose fields are separated by ``sep`` (bytes), read as
+    pandas reads them from each state a reader may be in at ``start`` (:mod:`microagg.kernels.csvscan`:
+    ``s`` in 0..3): ``(after, first, inner)``, for each ``s`` the state after them, the position of
+    their first line break that ends a record and of their first one inside a quoted field (-1:
+    none). A stretch without quotes is not followed byte by byte: its first line break ends a record
+    unless the reader is inside a quoted field, where it stays."""
+    from ..kernels import csvscan
+
+    state, first, inner = list(range(csvscan.STATES)), [-1] * csvscan.STATES, [-1] * csvscan.STATES
+    separator = np.frombuffer(sep, np.uint8)
+    context = len(sep) - 1  # the bytes before a stretch that a separator can start in
     with fsspec.open(name, "rb") as fh:
-        fh.seek(start)
+        fh.seek(max(start - context, 0))
+        before = fh.read(start - max(start - context, 0))
         at = start
         while at < end:
             chunk = fh.read(min(SCAN_BYTES, end - at))
             if not chunk:
                 break
             if b'"' not in chunk:
-                if first[parity] < 0 and (found := chunk.find(b"\n")) >= 0:
-                    first[parity] = at + found
+                found = chunk.find(b"\n")
+                after = csvscan.START if (before + chunk[-len(sep):]).endswith((b"\n", sep)) else csvscan.UNQUOTED
+                for s in range(csvscan.STATES):
+                    if state[s] == csvscan.QUOTED:
+                        inner[s] = at + found if inner[s] < 0 <= found else inner[s]
+                    else:
+                        first[s] = at + found if first[s] < 0 <= found else first[s]
+                        state[s] = after
             else:
-                data = np.frombuffer(chunk, np.uint8)
-                quotes = np.flatnonzero(data == ord('"'))
-                if min(first) < 0:
-                    breaks = np.flatnonzero(data == ord("\n"))
-                    seen = (parity + np.searchsorted(quotes, breaks)) & 1
-                    for s in (0, 1):
-                        hits = breaks[seen == s]
-                        if first[s] < 0 and len(hits):
-                            first[s] = at + int(hits[0])
-                parity ^= len(quotes) & 1
+                data = np.frombuffer(before + chunk, np.uint8)
+                i, origin = len(before), at - len(before)
+                while i < len(data):
+                    followed = sorted(set(state))
+                    states = np.array(followed, np.int64)
+                    found, quoted = np.full(len(followed), -1, np.int64), np.full(len(followed), -1, np.int64)
+                    i = csvscan.scan(data, i, separator, ord('"'), states, found, quoted)
+                    for s in range(csvscan.STATES):
+                        j = followed.index(state[s])
+                        first[s] = origin + int(found[j]) if first[s] < 0 <= found[j] else first[s]
+                        inner[s] = origin + int(quoted[j]) if inner[s] < 0 <= quoted[j] else inner[s]
+                        state[s] = int(states[j])
+            before = (before + chunk[-context:])[-context:] if context else b""
             at += len(chunk)
-    return parity, first
+    return state, first, inner
 
 
-def _csv_pieces(files, blocksize):
-    """The pieces a CSV input (its data files, :class:`_CSVFiles`, uncompressed) is read in if a
+def _csv_pieces(files, blocksize, dialect):
+    """The pieces a CSV input (its data files, :class:`_CSVFiles`, uncompressed; ``dialect``: its
+    :func:`csv_dialect`, for the separator and the encoding) is read in if a
     quoted field holds a line break (a comment, an address), or if a file read in blocks has its
     columns in another order than the first file; else None: Dask's blocks of ``blocksize`` bytes,
     cut at the first line break after each offset, each but a file's first read under the first
     file's header. Dask's cut could fall inside such a field: the job failed (an internal error,
     "EOF inside string"). And the first file's header put before a block of a file whose columns
     come in another order released one column's values under the other's name, silently. Each file
-    of two blocks or more is scanned once for its quotes (:func:`_quotes_and_breaks`, in parallel;
-    cached per file version), and cut at the first line break outside quotes after each offset:
-    ``[(name, start, end, first)]``, in order (:class:`_CSVPieces` reads them). Quotes count as CSV
-    writers put them (around a field, doubled inside it); a quote inside an unquoted field (``12"
-    pipe``) only moves cuts on to a later line break."""
+    of two blocks or more is scanned once (:func:`_record_ends`, in parallel; cached per file
+    version), and cut at the first line break outside quotes after each offset: ``[(name, start,
+    end, first)]``, in order (:class:`_CSVPieces` reads them). Quotes count as pandas counts them:
+    around a field, doubled inside it; a quote inside an unquoted field (``12" pipe``) is a character
+    like any other (counted as an opening quote, it put the later cuts inside quoted fields, and the
+    job failed on a file pandas reads)."""
     from dask.utils import parse_bytes
 
     size = parse_bytes(blocksize)
@@ -784,33 +803,36 @@ def _csv_pieces(files, blocksize):
     if not ranges:  # every file read whole
         return None
     fs = fsspec.core.url_to_fs(files.names[0])[0]
-    return _PIECES.get(fs, [fs._strip_protocol(n) for n in ranges], (tuple(files.names), size),
-                       lambda: _cut(files, ranges))
+    sep = dialect.get("sep", ",").encode(dialect.get("encoding", "utf-8"))
+    return _PIECES.get(fs, [fs._strip_protocol(n) for n in ranges], (tuple(files.names), size, sep),
+                       lambda: _cut(files, ranges, sep))
 
 
-def _cut(files, ranges):
+def _cut(files, ranges, sep):
     """:func:`_csv_pieces` of ``files``, whose files to cut are ``ranges``' (``{name: [(start, end)]}``,
-    spans of one block each), scanned here."""
+    spans of one block each), scanned here; ``sep``: the separator's bytes."""
     from concurrent.futures import ThreadPoolExecutor
+
+    from ..kernels.csvscan import START
 
     jobs = [(name, a, b) for name, spans in ranges.items() for a, b in spans]
     with ThreadPoolExecutor(min(4, os.cpu_count() or 1, len(jobs) or 1)) as pool:
-        found = dict(zip(jobs, pool.map(lambda job: _quotes_and_breaks(*job), jobs)))
+        found = dict(zip(jobs, pool.map(lambda job: _record_ends(*job, sep), jobs)))
     pieces, quoted = [], False
     for name, total in zip(files.names, files.sizes):
         if name not in ranges:
             pieces.append((name, 0, total, True))
             continue
         spans = ranges[name]
-        starts, parity = [], 0
-        for a, b in spans:  # the parity of the quotes before each span
-            starts.append(parity)
-            parity ^= found[name, a, b][0]
-        quoted |= any(found[name, a, b][1][1 - p] >= 0 for (a, b), p in zip(spans, starts))
+        starts, state = [], START
+        for a, b in spans:  # the reader's state at each span's start, from the spans before it
+            starts.append(state)
+            state = found[name, a, b][0][state]
+        quoted |= any(found[name, a, b][2][s] >= 0 for (a, b), s in zip(spans, starts))
         cuts = [0]
         for i in range(1, len(spans)):
-            cut = next((found[name, a, b][1][p] + 1 for (a, b), p in zip(spans[i:], starts[i:])
-                        if found[name, a, b][1][p] >= 0), total)
+            cut = next((found[name, a, b][1][s] + 1 for (a, b), s in zip(spans[i:], starts[i:])
+                        if found[name, a, b][1][s] >= 0), total)
             cuts.append(max(cut, cuts[-1]))
         cuts.append(total)
         pieces += [(name, a, b, a == 0) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
@@ -927,7 +949,7 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
             dtypes = {**dtypes, **dict.fromkeys(integers, "Int64")} or None
             ddf = read_pandas(_read_csv, files.patterns(), blocksize=None if compressed else blocksize, dtype=dtypes,
                               **csv)
-            pieces = None if compressed or not scan else _csv_pieces(files, blocksize)
+            pieces = None if compressed or not scan else _csv_pieces(files, blocksize, csv)
             if pieces:  # a quoted field holds a line break, or a file read in blocks its columns in another order
                 ddf = _read_pieces(ddf, files, pieces, {**csv, "dtype": dtypes, "header": "infer"})
         else:
@@ -999,7 +1021,8 @@ def _block_rows(block, names, first, dialect):
     import pandas as pd
 
     try:
-        frame = _read_block(block, names, first, dialect, low_memory=False, skip_blank_lines=False)
+        whole = {} if dialect.get("engine") == "python" else {"low_memory": False}  # the C reader's option
+        frame = _read_block(block, names, first, dialect, skip_blank_lines=False, **whole)
     except pd.errors.ParserError as exc:
         return None, _parser_message(exc)
     return len(frame), None
@@ -1027,7 +1050,7 @@ def locate_parse_error(path, error, blocksize=None, csv=None):
     if fmt != "csv":
         return error
     data, csv = _csv_data_files(path, urlpath, csv or {})
-    blocks = _csv_blocks(data, blocksize or CSV_BLOCKSIZE, data.compression(path) is not None)
+    blocks = _csv_blocks(data, blocksize or CSV_BLOCKSIZE, data.compression(path) is not None, csv)
     read = dask.delayed(_block_rows, pure=True)
     found = dask.compute(*[read(block, header, first, csv) for _, block, header, first in blocks])
     before = {}
@@ -1056,13 +1079,13 @@ def _parse_error(name, message, before=0, first=True):
     return CSVParseError(f"the CSV input cannot be parsed: {where}: {message}; fix or drop that row")
 
 
-def _csv_blocks(data, blocksize, compressed):
-    """The blocks of a CSV input's data files as its reads cut them: ``[(file name, delayed bytes, header
-    (column names), whether the block starts its file)]``, in order."""
+def _csv_blocks(data, blocksize, compressed, dialect):
+    """The blocks of a CSV input's data files (read in ``dialect``) as its reads cut them: ``[(file
+    name, delayed bytes, header (column names), whether the block starts its file)]``, in order."""
     import dask
     from dask.bytes import read_bytes
 
-    pieces = None if compressed else _csv_pieces(data, blocksize)
+    pieces = None if compressed else _csv_pieces(data, blocksize, dialect)
     if pieces:  # cut at line breaks outside quotes
         headers = dict(zip(data.names, data.headers))
         piece = dask.delayed(_piece_bytes, pure=True)
@@ -1167,7 +1190,7 @@ def csv_types(path, numbers=None, blocksize=None, csv=None):
     blocksize = blocksize or CSV_BLOCKSIZE
     guessed = read_input(path, blocksize, csv=csv).dtypes
     data, dialect = _csv_data_files(path, urlpath, csv or {})
-    blocks = _csv_blocks(data, blocksize, data.compression(path) is not None)
+    blocks = _csv_blocks(data, blocksize, data.compression(path) is not None, dialect)
     read = dask.delayed(_block_kinds, pure=True)
     numbers = dict(numbers or {})
     try:

@@ -14,6 +14,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py cpu --rows 10000000 --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py files --rows 1000000 --files 2000 --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py csv --rows 1000000 --runs 2
+    .venv/bin/python tests/benchmarks/bench_pipeline.py quotes --rows 1000000 --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py ties --rows 1000000 --methods mdav,auto --runs 2
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
@@ -71,6 +72,13 @@ pass fails, the input is read again with the types of all its rows), the first w
 key, and the first with a decimal column that has no value in its first 10,000 rows (read again, as
 the text postcode), ``microagg anonymize`` on each, alternated ``--runs`` times: seconds, the stages,
 the ratio of each one's best to the first's, the IL (the same: only the other columns differ).
+
+``quotes``: the extract as one CSV file with free text, a ``note`` holding a line break (quoted) in
+every seventh row and a ``size`` in inches, ``12" pipe`` in one row: written as CSV writers write
+it (that value quoted, its quote doubled) and as hand-made exports hold it (the quote bare inside an
+unquoted field), ``microagg anonymize`` on each, alternated ``--runs`` times: seconds, the stages,
+the ratio of the second's best to the first's, whether the releases are the same bytes (they hold
+the same values) and the IL.
 
 ``ties``: the extract, and the same rows with 90 % of the records all zeros (every QI: people with
 no income in tax data), ``microagg anonymize`` with each of ``--methods`` on each, alternated
@@ -1042,6 +1050,47 @@ def csv_extracts(rows, root):
             path / "sparse-refund.csv"}
 
 
+def quoted_extracts(rows, root):
+    """The extract as one CSV file with a note holding a line break in every seventh row and a size
+    ``12" pipe`` in one row, that value quoted; and the same file with that quote bare (cached)."""
+    import pandas as pd
+
+    source = make_extract(rows, root)
+
+    def build(path):
+        df = pd.concat([pd.read_parquet(part) for part in sorted(source.glob("part-*.parquet"))], ignore_index=True)
+        i = np.arange(rows)
+        df["size"] = np.where(i == rows // 1000, '12" pipe', (i % 9).astype(str) + " in")
+        df["note"] = np.where(i % 7 == 0, "said no,\nthen " + i.astype(str), "plain " + i.astype(str))
+        text = df.to_csv(index=False)
+        (path / "quoted.csv").write_text(text)
+        (path / "bare-quote.csv").write_text(text.replace('"12"" pipe"', '12" pipe', 1))
+
+    path = _cached(Path(root) / f"extract-{rows}-quotes", build)
+    return {"quotes as CSV writers put them": path / "quoted.csv", 'one bare quote (12" pipe)': path / "bare-quote.csv"}
+
+
+def quotes(args):
+    """A CSV input with a quote inside an unquoted field, against the same values quoted (module docstring)."""
+    from microagg.jobs.cluster import local_shape
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    sources = quoted_extracts(args.rows, root)
+    workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
+    print(f"{args.rows:,} rows x 13 QIs and a note with line breaks as one CSV file, k={args.k}; {workers} "
+          f"worker(s) x {threads} thread(s)\n")
+    results = _alternated(args, sources, root / "release-quotes", workers, threads, digest=True)
+    first = next(iter(sources))
+    base = min(s for s, _ in results[first])
+    print("\n| input | runs s | best s | vs first | statistics / blocks / write s (best run) | same release | IL % |")
+    print("| --- | --- | ---: | ---: | --- | --- | ---: |")
+    for name, runs in results.items():
+        best, report = min(runs, key=lambda r: r[0])
+        same = report["release_digest"] == results[first][0][1]["release_digest"]
+        print(f"| {name} | {', '.join(f'{s:.2f}' for s, _ in runs)} | {best:.2f} | {best / base:.2f}x "
+              f"| {_stages(report)} | {'yes' if same else 'NO'} | {report['information_loss']:.4f} |")
+
+
 def csv_types(args):
     """A CSV input whose column changes type part-way, against the same file without (module docstring)."""
     from microagg.jobs.cluster import local_shape
@@ -1087,7 +1136,8 @@ def ties(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
-                                         "evaluate", "quality", "floors", "small", "cpu", "files", "csv", "ties"))
+                                         "evaluate", "quality", "floors", "small", "cpu", "files", "csv", "quotes",
+                                         "ties"))
     parser.add_argument("--dld-records", type=int, default=None,
                         help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -1129,7 +1179,8 @@ def main():
         parser.error("several --rows are for the sweep and floors modes only")
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
      "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality,
-     "floors": floors, "small": small, "cpu": cpu, "files": files, "csv": csv_types, "ties": ties}[args.mode](args)
+     "floors": floors, "small": small, "cpu": cpu, "files": files, "csv": csv_types, "quotes": quotes,
+     "ties": ties}[args.mode](args)
 
 
 if __name__ == "__main__":
