@@ -429,12 +429,17 @@ def test_a_quote_inside_an_unquoted_field_of_a_csv_read_in_blocks(tmp_path, monk
     assert compared >= 15
     # a row of a field too many in a file of a separator of several bytes: bad input naming its line (it
     # was an internal error: pandas' Python reader refused the C reader's option of the locating pass)
-    lines = ["id§q§t1§t2", *(f'{i}§{i % 7}§"x§{i}"§' for i in range(600))]
-    lines[450] += "§5§6"
+    lines = _messy_csv(rng, "§", 600).split("\n")  # with quoted line breaks: read in pieces
+    at = next(j for j in range(len(lines) // 2, len(lines)) if '"' not in lines[j - 1] + lines[j])  # a whole row
+    lines[at] = lines[at].replace("\r", "") + "§5§6" + "\r" * lines[at].endswith("\r")
     (tmp_path / "bad.csv").write_text("\n".join(lines))
+    with pytest.raises(pd.errors.ParserError, match=r"in line (\d+),") as whole:  # pandas on the whole file
+        pd.read_csv(tmp_path / "bad.csv", sep="§", engine="python", skip_blank_lines=False)
+    line = int(re.search(r"in line (\d+),", str(whole.value)).group(1))
+    assert line < at  # lines in quoted fields count as one
     assert cli.main(["anonymize", str(tmp_path / "bad.csv"), str(tmp_path / "refused"), "--k", "3", "--qi", "q",
                      "--csv-separator", "§", "--scheduler", "synchronous"]) == 2
-    assert (f"file {tmp_path / 'bad.csv'}, line 451 (the header is line 1; a quoted field over several lines "
+    assert (f"file {tmp_path / 'bad.csv'}, line {line} (the header is line 1; a quoted field over several lines "
             "counts as one): Expected 4 fields, saw 6") in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
     lines = ["person_id,q0,q1,size,note"]  # the job that failed
