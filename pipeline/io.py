@@ -750,13 +750,13 @@ def _record_ends(name, start, end, sep):
             if not chunk:
                 break
             if b'"' not in chunk:
-                found = chunk.find(b"\n")
+                line_break = chunk.find(b"\n")
                 after = csvscan.START if (before + chunk[-len(sep):]).endswith((b"\n", sep)) else csvscan.UNQUOTED
                 for s in range(csvscan.STATES):
                     if state[s] == csvscan.QUOTED:
-                        inner[s] = at + found if inner[s] < 0 <= found else inner[s]
+                        inner[s] = at + line_break if inner[s] < 0 <= line_break else inner[s]
                     else:
-                        first[s] = at + found if first[s] < 0 <= found else first[s]
+                        first[s] = at + line_break if first[s] < 0 <= line_break else first[s]
                         state[s] = after
             else:
                 data = np.frombuffer(before + chunk, np.uint8)

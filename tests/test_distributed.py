@@ -454,9 +454,9 @@ def test_a_quote_inside_an_unquoted_field_of_a_csv_read_in_blocks(tmp_path, monk
                      "person_id", "--scheduler", "synchronous", "--no-html"]) == 0
     import pyarrow.parquet as pq
 
-    released = pq.read_table(out)
-    assert released.column("size").to_pylist() == pd.read_csv(path)["size"].tolist()
-    assert released.column("note").to_pylist()[:8] == pd.read_csv(path)["note"].tolist()[:8]
+    released, expected = pq.read_table(out), pd.read_csv(path)
+    assert released.column("size").to_pylist() == expected["size"].tolist()
+    assert released.column("note").to_pylist() == expected["note"].tolist()
 
 
 def test_a_malformed_csv_row_is_named_by_its_file_and_line(tmp_path, monkeypatch, capsys):
