@@ -790,7 +790,9 @@ def _csv_pieces(files, blocksize, dialect):
     end, first)]``, in order (:class:`_CSVPieces` reads them). Quotes count as pandas counts them:
     around a field, doubled inside it; a quote inside an unquoted field (``12" pipe``) is a character
     like any other (counted as an opening quote, it put the later cuts inside quoted fields, and the
-    job failed on a file pandas reads)."""
+    job failed on a file pandas reads). In an encoding of several bytes per character (UTF-16, the
+    "Unicode text" of spreadsheets), whose line breaks are not one byte, each file is one piece (Dask
+    cut them at the bytes of a line break, also inside quoted fields)."""
     from dask.utils import parse_bytes
 
     size = parse_bytes(blocksize)
@@ -802,8 +804,11 @@ def _csv_pieces(files, blocksize, dialect):
             ranges[name] = list(zip(offsets[:-1], offsets[1:]))
     if not ranges:  # every file read whole
         return None
+    encoding = dialect.get("encoding", "utf-8")
+    if "\n".encode(encoding)[len("".encode(encoding)):] != b"\n":  # UTF-16, UTF-32: the scan reads bytes
+        return [(name, 0, total, True) for name, total in zip(files.names, files.sizes)]  # each file whole
     fs = fsspec.core.url_to_fs(files.names[0])[0]
-    sep = dialect.get("sep", ",").encode(dialect.get("encoding", "utf-8"))
+    sep = dialect.get("sep", ",").encode(encoding)
     return _PIECES.get(fs, [fs._strip_protocol(n) for n in ranges], (tuple(files.names), size, sep),
                        lambda: _cut(files, ranges, sep))
 

@@ -397,7 +397,8 @@ def test_a_quote_inside_an_unquoted_field_of_a_csv_read_in_blocks(tmp_path, monk
     now follow pandas' reading (a quote opens a field only at its start), with any one-character
     separator, also one of several bytes in the file's encoding: on messy files cut in 2 KiB blocks,
     each scanned in stretches of 61 bytes, the read is pandas' of the whole file, and so is the
-    release's."""
+    release's. A UTF-16 file, whose line breaks Dask cut as it cut any, also inside quoted fields, is
+    read whole."""
     import warnings
 
     from microagg.jobs import cli
@@ -427,6 +428,14 @@ def test_a_quote_inside_an_unquoted_field_of_a_csv_read_in_blocks(tmp_path, monk
         pd.testing.assert_frame_equal(got, expected, check_dtype=False)
         compared += 1
     assert compared >= 15
+    # UTF-16 (a spreadsheet's "Unicode text"): its line breaks are two bytes; each file is read whole
+    path = tmp_path / "unicode.txt"
+    path.write_bytes(_messy_csv(rng, "\t", 600).replace('"ab"x', '"ab"').encode("utf-16"))
+    dialect = io.csv_dialect("\t", encoding="utf-16")
+    got = io.read_input(path, csv=dialect, dtypes={"t1": "string", "t2": "string"})
+    assert got.npartitions == 1
+    pd.testing.assert_frame_equal(got.compute(scheduler="synchronous").reset_index(drop=True),
+                                  pd.read_csv(path, **dialect, dtype={"t1": "string", "t2": "string"}), check_dtype=False)
     # a row of a field too many in a file of a separator of several bytes: bad input naming its line (it
     # was an internal error: pandas' Python reader refused the C reader's option of the locating pass)
     lines = _messy_csv(rng, "§", 600).split("\n")  # with quoted line breaks: read in pieces
