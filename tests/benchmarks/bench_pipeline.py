@@ -1023,6 +1023,13 @@ def files(args):
               f"| {stages} | {report['information_loss']:.4f} | {'yes' if same else 'NO'} |")
 
 
+def _one_frame(source):
+    """The extract's Parquet files ``source`` as one pandas frame, in file order."""
+    import pandas as pd
+
+    return pd.concat([pd.read_parquet(part) for part in sorted(source.glob("part-*.parquet"))], ignore_index=True)
+
+
 def csv_extracts(rows, root):
     """The extract as one CSV file with a postcode column of numbers; the same file with one text
     postcode at 90 % of the rows; the first file with a nullable bigint key, a warehouse's (2**62
@@ -1034,7 +1041,7 @@ def csv_extracts(rows, root):
     source = make_extract(rows, root)
 
     def build(path):
-        df = pd.concat([pd.read_parquet(part) for part in sorted(source.glob("part-*.parquet"))], ignore_index=True)
+        df = _one_frame(source)
         df["postcode"] = (df.index % 90_000 + 10_000).astype(str)
         df.to_csv(path / "numbers.csv", index=False)
         keyed = df.assign(key=pd.array([2**62 + i if i % 10 else None for i in range(rows)], dtype="Int64"))
@@ -1053,12 +1060,10 @@ def csv_extracts(rows, root):
 def quoted_extracts(rows, root):
     """The extract as one CSV file with a note holding a line break in every seventh row and a size
     ``12" pipe`` in one row, that value quoted; and the same file with that quote bare (cached)."""
-    import pandas as pd
-
     source = make_extract(rows, root)
 
     def build(path):
-        df = pd.concat([pd.read_parquet(part) for part in sorted(source.glob("part-*.parquet"))], ignore_index=True)
+        df = _one_frame(source)
         i = np.arange(rows)
         df["size"] = np.where(i == rows // 1000, '12" pipe', (i % 9).astype(str) + " in")
         df["note"] = np.where(i % 7 == 0, "said no,\nthen " + i.astype(str), "plain " + i.astype(str))
