@@ -119,6 +119,11 @@ def _add_anonymize(sub):
                               "released from fewer than k)")
     methods.add_argument("--mhm-order", default=None, choices=("mdav", "npn", "md", "cbfs"),
                          help="mhm: the record ordering (default mdav)")
+    methods.add_argument("--portfolio", default=None, choices=("race", "full"),
+                         help="auto, on an input split into blocks: race (default: each task's first blocks, and "
+                              "every 16th, try every member; a member within 1%% of such a block's best stays in "
+                              "the race, and the other blocks try only those: about a third of the time) or full "
+                              "(every member on every block). An input of one block always tries every member")
     methods.add_argument("--iterations", type=int, default=None, help="ils: iterations per block (default 200)")
     methods.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                          help="ils: stop a block's search after this many seconds (the result then depends on "
@@ -171,7 +176,7 @@ def _anonymize(args):
         if args.blocks else (),
         refine=args.refine,
         method_options=_given(args, grow="grow", gamma="gamma", eps="eps", mhm_order="mhm_order",
-                              grouping="univariate_grouping", remainder="remainder"),
+                              grouping="univariate_grouping", remainder="remainder", portfolio="portfolio"),
         refine_options=_given(args, iterations="iterations", time_budget="time_budget"),
         stitch=args.stitch,
         order=args.order,

@@ -35,7 +35,8 @@ Sections and keys (``*``: required)::
     block_size, blocks_per_task, one_block_rows, sample_rows, seed   integers
     hash_identifiers true: identifiers replaced by their HMAC-SHA256 under $MICROAGG_HMAC_KEY
     grow "nn"|"nc", gamma, eps, mhm_order "mdav"|"npn"|"md"|"cbfs", univariate_grouping
-    "optimal"|"fixed", remainder "separate"|"merge"   (method options, where the method takes them)
+    "optimal"|"fixed", remainder "separate"|"merge", portfolio "race"|"full"
+                                                       (method options, where the method takes them)
     iterations, time_budget                            (refinement options: ils)
 
     [cluster]
@@ -319,6 +320,7 @@ SCHEMA = {
         "mhm_order": Key(_choice(("mdav", "npn", "md", "cbfs"))),
         "univariate_grouping": Key(_choice(("optimal", "fixed"))),
         "remainder": Key(_choice(("separate", "merge"))),
+        "portfolio": Key(_choice(("race", "full"))),
         # refinement options
         "iterations": Key(_integer(1)),
         "time_budget": Key(_number(0)),
@@ -351,7 +353,8 @@ REQUIRED_SECTIONS = ("input", "output", "anonymize")
 
 # method / refinement option keys -> the option names of pipeline.methods
 METHOD_OPTIONS = {"grow": "grow", "gamma": "gamma", "eps": "eps", "mhm_order": "mhm_order",
-                  "univariate_grouping": "grouping", "remainder": "remainder"}
+                  "univariate_grouping": "grouping", "remainder": "remainder",
+                  "portfolio": "portfolio"}
 REFINE_OPTIONS = {"iterations": "iterations", "time_budget": "time_budget"}
 
 # names users reach for (the CLI's flags, ReleaseOptions' fields) -> the job file's key

@@ -13,7 +13,7 @@ import numpy as np
 from .. import kernels
 from ..kernels.missing import fill_missing
 from .errors import InputError
-from .methods import get_method, get_refiner, run_method, run_refiner
+from .methods import Race, get_method, get_refiner, run_method, run_refiner
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,21 @@ class Solver:
             options["seed"] = self.block_seed(tag)
         return options
 
-    def partition(self, Z, k, tag=0):
-        """Labels ``0..g-1`` of the standardized block ``Z``: the method, then the refinement."""
+    def race(self):
+        """A fresh :class:`pipeline.methods.Race` for the blocks of one task if the method is ``auto``
+        with its portfolio raced (its default), else None."""
+        if self.method == "auto" and dict(self.method_options).get("portfolio", "race") == "race":
+            return Race()
+        return None
+
+    def partition(self, Z, k, tag=0, race=None):
+        """Labels ``0..g-1`` of the standardized block ``Z``: the method, then the refinement.
+        ``race``: the task's :meth:`race`, for a block of a blocked solve (None: the method as it is)."""
         m = get_method(self.method)
-        labels = run_method(m, Z, k, self._with_seed(self.method_options, m.options, tag))
+        if race is not None:
+            labels = race.partition(Z, k)
+        else:
+            labels = run_method(m, Z, k, self._with_seed(self.method_options, m.options, tag))
         if self.refine != "none":
             if np.isnan(Z).any():  # missing values: refined at their groups' observed means
                 Z = Z.copy()

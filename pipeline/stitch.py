@@ -82,9 +82,10 @@ def compact(labels):
     return rank[inverse].astype(np.int64)
 
 
-def solve_block(Z, k, solver, tag=0):
-    """Labels of one block by ``solver`` (a :class:`pipeline.solver.Solver`); ``tag`` seeds it."""
-    return np.ascontiguousarray(solver.partition(Z, k, tag), dtype=np.int64)
+def solve_block(Z, k, solver, tag=0, race=None):
+    """Labels of one block by ``solver`` (a :class:`pipeline.solver.Solver`); ``tag`` seeds it,
+    ``race`` is its task's :meth:`Solver.race <pipeline.solver.Solver.race>`."""
+    return np.ascontiguousarray(solver.partition(Z, k, tag, race), dtype=np.int64)
 
 
 def duplicate_groups(Z, k):
@@ -125,15 +126,15 @@ def _may_repeat(Z, k):
     return bool((projection[k - 1:] == projection[:len(projection) - k + 1]).any())
 
 
-def solve_without_duplicates(Z, k, solver, tag=0):
+def solve_without_duplicates(Z, k, solver, tag=0, race=None):
     """:func:`solve_block` of the rows of ``Z`` left once :func:`duplicate_groups` has grouped the
     frequent tuples; fewer than k rows left join the nearest of those groups."""
     labels, g = duplicate_groups(Z, k)
     if not g:
-        return solve_block(Z, k, solver, tag)
+        return solve_block(Z, k, solver, tag, race)
     rest = np.flatnonzero(labels < 0)
     if len(rest) >= k:
-        labels[rest] = solve_block(np.ascontiguousarray(Z[rest]), k, solver, tag) + g
+        labels[rest] = solve_block(np.ascontiguousarray(Z[rest]), k, solver, tag, race) + g
     elif len(rest):
         groups.attach_leftovers(np.ascontiguousarray(Z), labels, g)
     return labels
@@ -224,6 +225,7 @@ class _TaskSolver:
         self.next = 0
         self.leaf_rank = 0
         self.gain = 0.0
+        self.race = solver.race()  # auto's portfolio raced over this task's blocks
 
     def solve(self, s, e, tag):
         """Solve rows ``s:e`` as one block; if they are far more than the tree's blocks (its sample
@@ -265,7 +267,7 @@ class _TaskSolver:
         """``sweep``: a block of the blocked solve, not the whole input as one block (the method's own
         partition, as published): its frequent tuples are grouped first, then it gets the local search."""
         solve = solve_without_duplicates if sweep else solve_block
-        block = solve(Zb, self.k, self.solver, self.tag_offset + tag)
+        block = solve(Zb, self.k, self.solver, self.tag_offset + tag, self.race if sweep else None)
         g = int(block.max()) + 1
         if self.missing:  # stitching sees every missing cell at its group's observed mean
             fill_missing(Zb, block, g)

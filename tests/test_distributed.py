@@ -822,6 +822,34 @@ def test_fast_stitching_is_the_same_release_in_memory_and_from_any_files(tmp_pat
     assert light_report["information_loss"] < fast_report["information_loss"]
 
 
+def test_auto_s_race_is_the_same_release_in_memory_and_from_any_files(tmp_path, data):
+    """``--method auto`` races its portfolio over each task's blocks: the race depends only on the task
+    and its blocks' order, so the release is byte-identical from one file or four, with one worker or
+    two, and equals the in-memory blocked solve; ``--portfolio full`` is recorded and loses no less."""
+    root, df = data
+    df = df.iloc[:12_000]
+    df.to_parquet(tmp_path / "one.parquet", index=False)
+    (tmp_path / "three").mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(len(df)), 3)):
+        df.iloc[rows].to_parquet(tmp_path / "three" / f"part-{i}.parquet", index=False)
+    common = ["--k", 5, "--method", "auto", "--block-size", 600, "--blocks-per-task", 16,
+              "--identifiers", "person_id", "--qi", ",".join(QI), "--no-evaluate", "--no-html"]
+    one = _run(tmp_path, "race-one", tmp_path / "one.parquet", *common, "--scheduler", "synchronous")
+    three = _run(tmp_path, "race-three", tmp_path / "three", *common, "--workers", 2)
+    assert _files(one) == _files(three)
+    released = pd.read_parquet(one)
+    assert_k_anonymous(released, QI, 5)
+    in_memory = microagg.anonymize(df, 5, QI, identifiers=("person_id",), method="auto", block_size=600,
+                                   blocks_per_task=16)
+    np.testing.assert_array_equal(in_memory[QI].to_numpy(), released[QI].to_numpy())
+    full = _run(tmp_path, "full", tmp_path / "one.parquet", *common, "--portfolio", "full",
+                "--scheduler", "synchronous")
+    race_report, full_report = (json.loads((p / "_report.json").read_text()) for p in (one, full))
+    assert race_report["blocks"] >= 16 and race_report["method_options"] == {}
+    assert full_report["method_options"] == {"portfolio": "full"}
+    assert full_report["information_loss"] <= race_report["information_loss"] * 1.01
+
+
 def test_hash_identifiers(tmp_path, data):
     root, df = data
     out = tmp_path / "hashed"
@@ -1293,11 +1321,11 @@ def test_a_block_the_sample_cannot_split_is_cut_where_it_is_solved(monkeypatch):
     seen = []
     original = stitch.solve_block
 
-    def recorded(Z, k, solver, tag=0):
+    def recorded(Z, k, solver, tag=0, race=None):
         seen.append(len(Z))
         _, counts = np.unique(Z, axis=0, return_counts=True)
         assert counts.max() < k  # the frequent tuples never reach the method
-        return original(Z, k, solver, tag)
+        return original(Z, k, solver, tag, race)
 
     monkeypatch.setattr(stitch, "solve_block", recorded)
     for method in ("mdav", "kward"):

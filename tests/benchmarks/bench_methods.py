@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/benchmarks/bench_methods.py table [--datasets census,eia,tax] [--iterations 100]
     .venv/bin/python tests/benchmarks/bench_methods.py target [--budget 55]
+    .venv/bin/python tests/benchmarks/bench_methods.py race [--datasets census,eia,tax,extract] [--rows 200000]
 
 ``table``: information loss (%) and seconds (one core, after compilation) of every method of
 ``microagg.METHODS`` followed by every refinement of ``microagg.REFINERS`` (ils with a fixed iteration
@@ -10,10 +11,17 @@ tests never use (3,000 records of 6 skewed, correlated income / tax quantities, 
 
 ``target``: ``--method auto --refine ils`` with a time budget per case against the lowest IL known to
 us on the CASC files (issue 4); prints IL, seconds and whether the target is reached.
+
+``race``: ``auto`` on each dataset cut into blocks (census in blocks of 300 rows, eia and tax of 500,
+``extract``, the pipeline benchmark's synthetic extract, ``--rows`` of it in blocks of 2,500; 32 blocks
+per task, the pipeline's default), with its portfolio raced over each task's blocks (the default) and
+full: IL, the methods run (a method on a block counts one) and seconds, in memory on 2 threads.
+``--probes``, ``--reprobe`` and ``--margin`` try other rules of the race.
 """
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -99,14 +107,62 @@ def target(args):
                   flush=True)
 
 
+RACE_BLOCKS = {"census": 300, "eia": 500, "tax": 500, "extract": 2500}
+
+
+def race(args):
+    from microagg.pipeline import methods
+
+    methods.AUTO_PROBES, methods.AUTO_REPROBE, methods.AUTO_MARGIN = args.probes, args.reprobe, args.margin
+    names = args.datasets.split(",")
+    data = datasets([n for n in names if n != "extract"])
+    if "extract" in names:
+        from bench_pipeline import QI, make_extract
+
+        root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+        frame = pd.read_parquet(make_extract(args.rows, root), columns=QI)
+        data["extract"] = frame.to_numpy(dtype=float)
+    runs = []
+    run_method = methods.run_method
+
+    def counted(method, Z, k, options=None):
+        runs.append(method.name)
+        return run_method(method, Z, k, options)
+
+    methods.run_method = counted
+    print(f"race: {args.probes} probes, every {args.reprobe}th block again, margin {args.margin:g}\n")
+    print("| dataset | block rows | k | IL % full | IL % race | change | methods run, full / race | seconds, full / race |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, X in data.items():
+        Z = np.ascontiguousarray(microagg.standardize(X)[0])
+        for k in (3, 5, 10):
+            cells = {}
+            for portfolio in ("full", "race"):
+                runs.clear()
+                start = time.perf_counter()
+                labels = microagg.partition(Z, k, "auto", standardized=True, method_options={"portfolio": portfolio},
+                                            block_size=RACE_BLOCKS[name], one_block_rows=0)
+                seconds = time.perf_counter() - start
+                cells[portfolio] = microagg.information_loss(Z, labels, standardized=True), len(runs), seconds
+            (full, n_full, s_full), (raced, n_race, s_race) = cells["full"], cells["race"]
+            print(f"| {name} ({X.shape[0]:,} x {X.shape[1]}) | {RACE_BLOCKS[name]:,} | {k} | {full:.4f} | {raced:.4f} | "
+                  f"{(raced / full - 1) * 100:+.2f} % | {n_full:,} / {n_race:,} | {s_full:.1f} / {s_race:.1f} |",
+                  flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("table", "target"))
+    parser.add_argument("mode", choices=("table", "target", "race"))
     parser.add_argument("--datasets", default="census,eia,tax")
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--budget", type=float, default=55.0, help="ils seconds per case (target mode)")
+    parser.add_argument("--rows", type=int, default=200_000, help="race mode: rows of the extract")
+    parser.add_argument("--data", default=None, help="race mode: where the extract is kept (default: the temp dir)")
+    parser.add_argument("--probes", type=int, default=4, help="race mode: blocks of a task that try every method")
+    parser.add_argument("--reprobe", type=int, default=16, help="race mode: every this-many-th block tries them again")
+    parser.add_argument("--margin", type=float, default=0.01, help="race mode: within this of a probe's best stays")
     args = parser.parse_args()
-    {"table": table, "target": target}[args.mode](args)
+    {"table": table, "target": target, "race": race}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py scale --rows 1000000 [--processes] [--workers N]
     .venv/bin/python tests/benchmarks/bench_pipeline.py sweep --rows 1M,10M,30M [--processes --memory-limit 1.5GiB]
     .venv/bin/python tests/benchmarks/bench_pipeline.py methods --rows 1000000 [--methods mdav,vmdav,dbm,mhm,auto]
+    .venv/bin/python tests/benchmarks/bench_pipeline.py methods --rows 1000000 --methods mdav,auto,auto:portfolio=full
     .venv/bin/python tests/benchmarks/bench_pipeline.py modes --rows 1000000 [--modes plain,noise,where]
     .venv/bin/python tests/benchmarks/bench_pipeline.py blocking --rows 4000000 [--layouts 5000/16/8,2500/32/6]
     .venv/bin/python tests/benchmarks/bench_pipeline.py stream --rows 10000000 [--no-html]
@@ -325,8 +326,14 @@ def _variants(args, variants):
 
 
 def methods(args):
-    """The block methods of issue 4 on the same extract."""
-    _variants(args, [(m, ["--method", m]) for m in args.methods.split(",")])
+    """The block methods of issue 4 on the same extract; ``auto:portfolio=full`` passes a method option
+    (``--portfolio full``)."""
+    variants = []
+    for spec in args.methods.split(","):
+        name, *options = spec.split(":")
+        flags = [f for option in options for f in (f"--{option.split('=')[0].replace('_', '-')}", option.split("=")[1])]
+        variants.append((spec, ["--method", name, *flags]))
+    _variants(args, variants)
 
 
 MODES = {
