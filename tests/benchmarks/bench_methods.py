@@ -3,6 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_methods.py table [--datasets census,eia,tax] [--iterations 100]
     .venv/bin/python tests/benchmarks/bench_methods.py target [--budget 55]
     .venv/bin/python tests/benchmarks/bench_methods.py race [--datasets census,eia,tax,extract] [--rows 200000]
+    .venv/bin/python tests/benchmarks/bench_methods.py dba [--rows 200000]
 
 ``table``: information loss (%) and seconds (one core, after compilation) of every method of
 ``microagg.METHODS`` followed by every refinement of ``microagg.REFINERS`` (ils with a fixed iteration
@@ -17,6 +18,12 @@ us on the CASC files (issue 4); prints IL, seconds and whether the target is rea
 per task, the pipeline's default), with its portfolio raced over each task's blocks (the default) and
 full: IL, the methods run (a method on a block counts one) and seconds, in memory on 2 threads.
 ``--probes``, ``--reprobe`` and ``--margin`` try other rules of the race.
+
+``dba``: DBA-1 and DBA-2 on 8 blocks of 2,500 rows of the extract (the rows nearest a random row, as
+a block of the split tree holds neighbouring rows), k = 3, 5, 10: milliseconds per block of DBA-1
+with its candidate lists (``reserve=4``, the default) against one list entry per neighbour
+(``reserve=1``: a full scan for every recomputed neighbourhood, as before the lists), which must
+give the same groups; and of DBA-2.
 """
 
 import argparse
@@ -117,11 +124,7 @@ def race(args):
     names = args.datasets.split(",")
     data = datasets([n for n in names if n != "extract"])
     if "extract" in names:
-        from bench_pipeline import QI, make_extract
-
-        root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
-        frame = pd.read_parquet(make_extract(args.rows, root), columns=QI)
-        data["extract"] = frame.to_numpy(dtype=float)
+        data["extract"] = _extract(args)
     runs = []
     run_method = methods.run_method
 
@@ -150,19 +153,56 @@ def race(args):
                   flush=True)
 
 
+def _extract(args):
+    from bench_pipeline import QI, make_extract
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    return pd.read_parquet(make_extract(args.rows, root), columns=QI).to_numpy(dtype=float)
+
+
+def dba(args):
+    from microagg.kernels.dba import dba1, dba2
+
+    Z = microagg.standardize(_extract(args))[0]
+    rng = np.random.default_rng(0)
+    blocks = [np.ascontiguousarray(Z[np.argsort(((Z - Z[rng.integers(len(Z))]) ** 2).sum(1))[:2500]])
+              for _ in range(8)]
+    print("| k | DBA-1 ms, one scan per neighbourhood (reserve=1) | DBA-1 ms, candidate lists | ratio | same groups "
+          "| DBA-2 ms |")
+    print("| ---: | ---: | ---: | ---: | --- | ---: |")
+    for k in (3, 5, 10):
+        dba2(blocks[0][:100], dba1(blocks[0][:100], k, 1), k)  # compile (or load) before timing
+        dba1(blocks[0][:100], k, 4)
+        seconds = {1: 0.0, 4: 0.0, "dba2": 0.0}
+        same = True
+        for B in blocks:
+            out = {}
+            for reserve in (1, 4):
+                start = time.perf_counter()
+                out[reserve] = dba1(B, k, reserve)
+                seconds[reserve] += time.perf_counter() - start
+            same &= bool(np.array_equal(out[1], out[4]))
+            start = time.perf_counter()
+            dba2(B, out[4], k)
+            seconds["dba2"] += time.perf_counter() - start
+        ms = {key: 1000 * value / len(blocks) for key, value in seconds.items()}
+        print(f"| {k} | {ms[1]:.1f} | {ms[4]:.1f} | {ms[1] / ms[4]:.2f}x | {'yes' if same else 'NO'} | {ms['dba2']:.1f} |",
+              flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("table", "target", "race"))
+    parser.add_argument("mode", choices=("table", "target", "race", "dba"))
     parser.add_argument("--datasets", default="census,eia,tax")
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--budget", type=float, default=55.0, help="ils seconds per case (target mode)")
-    parser.add_argument("--rows", type=int, default=200_000, help="race mode: rows of the extract")
-    parser.add_argument("--data", default=None, help="race mode: where the extract is kept (default: the temp dir)")
+    parser.add_argument("--rows", type=int, default=200_000, help="race, dba modes: rows of the extract")
+    parser.add_argument("--data", default=None, help="race, dba modes: where the extract is kept (default: the temp dir)")
     parser.add_argument("--probes", type=int, default=4, help="race mode: blocks of a task that try every method")
     parser.add_argument("--reprobe", type=int, default=16, help="race mode: every this-many-th block tries them again")
     parser.add_argument("--margin", type=float, default=0.01, help="race mode: within this of a probe's best stays")
     args = parser.parse_args()
-    {"table": table, "target": target, "race": race}[args.mode](args)
+    {"table": table, "target": target, "race": race, "dba": dba}[args.mode](args)
 
 
 if __name__ == "__main__":
