@@ -290,6 +290,9 @@ memory_limit = "2GiB"
     other = jobfile.parse('[anonymize]\nk = 2\nblocks = [["A", "B"], ["C"]]\ngamma = 1\neps = 0.5\nmhm_order = "md"\n'
                           'univariate_grouping = "fixed"\nremainder = "merge"\nrelease_where = "A > 0"\n')[0]
     assert other["anonymize"]["blocks"] == (("A", "B"), ("C",)) and other["anonymize"]["gamma"] == 1.0
+    full = jobfile.load(_write(tmp_path, "full.toml", '[input]\npath = "example:census"\n[output]\npath = "o"\n'
+                                                      '[anonymize]\nk = 3\nmethod = "auto"\nportfolio = "full"\n'))
+    assert full.options.method_options == (("portfolio", "full"),)
 
 
 # --- validate ---------------------------------------------------------------------------------------------
@@ -323,6 +326,8 @@ BAD = [
      "[anonymize] k: must be an integer >= 2, got 1"),
     ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nmethod = 'mdva'\n",
      '[anonymize] method: must be one of "mdav"'),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nmethod = 'auto'\nportfolio = 'fast'\n",
+     '[anonymize] portfolio: must be one of "race", "full"'),
     ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymise]\nk = 5\n",
      "unknown section [anonymise] (did you mean [anonymize]?)"),
     ("[input]\npath = 'x'\n[output]\npath = 'y/{dat}'\n[anonymize]\nk = 5\n", "[output] path: unknown template {dat}"),
