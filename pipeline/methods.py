@@ -361,6 +361,7 @@ class Race:
     def __init__(self):
         self.blocks = 0
         self.kept = np.zeros(len(AUTO_PORTFOLIO), dtype=bool)
+        self.picks = np.zeros((2, len(AUTO_PORTFOLIO)), dtype=np.int64)  # per member: blocks tried, won
 
     def partition(self, Z, k):
         probe = self.blocks < AUTO_PROBES or self.blocks % AUTO_REPROBE == 0
@@ -369,7 +370,18 @@ class Race:
         labels, sse = auto_members(Z, k, tried)
         if probe:
             self.kept |= sse <= sse.min() * (1 + AUTO_MARGIN)
+        self.picks[0] += tried
+        self.picks[1, int(np.argmin(sse))] += 1  # the first of equal SSEs, as auto_members keeps it
         return labels
+
+
+def describe_picks(picks):
+    """The report's ``auto_portfolio`` from the summed :attr:`Race.picks` of every task: per member
+    (``mdav``, ``mdav grow=nc``...), the blocks that tried it and the blocks it won."""
+    members = [" ".join([name, *(f"{key}={value}" for key, value in options.items())])
+               for name, options in AUTO_PORTFOLIO]
+    return {"portfolio": "race", "blocks": int(picks[1].sum()),
+            "members": {m: {"tried": int(t), "won": int(w)} for m, t, w in zip(members, picks[0], picks[1])}}
 
 
 METHODS["auto"] = Method(

@@ -53,6 +53,7 @@ from .strata import check_strata, partition_counts, plan_strata
 from .api import released_table, where_mask
 from .errors import CSVParseError, CSVTypeChange, InputError, ReleaseGateError, StorageError
 from .solver import Solver
+from .methods import describe_picks
 from .validation import (
     check_aggregate,
     check_blocking,
@@ -384,17 +385,19 @@ def _route(part, job):
     return _split(rows, job.forest.leaf_pack[leaf], job.forest.n_packs)
 
 
-def _release(rows, labels, job, gain):
-    """:class:`Released` for ``rows`` grouped by ``labels`` (``0..g-1``) with the job's aggregate."""
+def _release(rows, labels, job, gain, picks=None):
+    """:class:`Released` for ``rows`` grouped by ``labels`` (``0..g-1``) with the job's aggregate;
+    ``picks``: ``auto``'s race counts of the task(s) that solved them."""
     if not len(labels):
-        return Released(rows.row_id, labels, np.empty((0, len(job.qi))), summarize(rows, labels, None, job, gain))
+        return Released(rows.row_id, labels, np.empty((0, len(job.qi))),
+                        summarize(rows, labels, None, job, gain, picks))
     o = job.options
     if o.missing == "centroid" and np.isnan(rows.values).any():  # each group's observed means
         table = missing_kernels.observed_means(rows.values, labels, int(labels.max()) + 1, job.mean)
-        return Released(rows.row_id, labels, table, summarize(rows, labels, table, job, gain))
+        return Released(rows.row_id, labels, table, summarize(rows, labels, table, job, gain, picks))
     table = released_table(rows.values, labels, rows.row_id, o.k, o.aggregate, o.noise, o.epsilon, o.seed,
                            rows.weight, job.first_column)
-    return Released(rows.row_id, labels, table, summarize(rows, labels, table, job, gain))
+    return Released(rows.row_id, labels, table, summarize(rows, labels, table, job, gain, picks))
 
 
 def _solve_pack(job, pack, *pieces):
@@ -406,26 +409,28 @@ def _solve_pack(job, pack, *pieces):
         return _solve_task(job, tasks[0], *pieces)
     rows = _concat(pieces, len(job.qi))
     labels = np.empty(len(rows.row_id), dtype=np.int64)
-    groups_before, gain = 0, 0.0
+    groups_before, gain, picks = 0, 0.0, None
     bounds, order = groups.group_members(job.forest.leaf_task[rows.leaf] - tasks[0], len(tasks))
     for task, a, b in zip(tasks, bounds[:-1], bounds[1:]):
         if b > a:
-            found, _, found_gain = _task_labels(job, task, sequence.take(rows, order[a:b]))
+            found, _, found_gain, found_picks = _task_labels(job, task, sequence.take(rows, order[a:b]))
             labels[order[a:b]] = found + groups_before
             groups_before += int(found.max()) + 1
             gain += found_gain
-    return [_release(rows, labels, job, gain)]
+            if found_picks is not None:
+                picks = found_picks if picks is None else picks + found_picks
+    return [_release(rows, labels, job, gain, picks)]
 
 
 def _task_labels(job, task, rows):
-    """``(labels, plane, gain)`` of one task's rows (:func:`pipeline.stitch.solve_task`), the planes
-    release-wide."""
+    """``(labels, plane, gain, picks)`` of one task's rows (:func:`pipeline.stitch.solve_task`), the
+    planes release-wide."""
     forest, options = job.forest, job.options
     Z = kernels.standardize(rows.values, job.mean, job.std)
     tree, local, leaf_offset, tag_offset = forest.local_task(task)
-    labels, plane, gain = stitch.solve_task(Z, rows.leaf - leaf_offset, tree, local, options.k, solver_of(options),
-                                            stitch.STITCHING[options.stitch], tag_offset)
-    return labels, np.where(plane < 0, -1, plane + forest.upper_offset[forest.task_stratum[task]]), gain
+    labels, plane, gain, picks = stitch.solve_task(Z, rows.leaf - leaf_offset, tree, local, options.k,
+                                                   solver_of(options), stitch.STITCHING[options.stitch], tag_offset)
+    return labels, np.where(plane < 0, -1, plane + forest.upper_offset[forest.task_stratum[task]]), gain, picks
 
 
 def _solve_task(job, task, *pieces):
@@ -439,13 +444,13 @@ def _solve_task(job, task, *pieces):
     ancestors = forest.task_ancestors[task]
     if not len(rows.row_id):
         return [_release(rows, rows.leaf, job, 0.0)] + [rows] * len(ancestors)
-    labels, plane, gain = _task_labels(job, task, rows)
+    labels, plane, gain, picks = _task_labels(job, task, rows)
     slot = np.zeros(max(forest.n_upper, 1), dtype=np.int64)
     slot[np.asarray(ancestors, dtype=np.int64)] = np.arange(1, len(ancestors) + 1)
     key = np.where(plane < 0, 0, slot[np.maximum(plane, 0)])  # 0: released here; 1 + i: i-th ancestor plane
     out = _split(rows._replace(group=stitch.task_group(task, labels)), key, len(ancestors) + 1)
     core = out[0]
-    out[0] = _release(core._replace(group=None), stitch.compact(labels[plane < 0]), job, gain)
+    out[0] = _release(core._replace(group=None), stitch.compact(labels[plane < 0]), job, gain, picks)
     return out
 
 
@@ -739,7 +744,7 @@ def tuple_counts(table, sizes, hashes=None):
     return np.bincount(inverse, weights=sizes).astype(np.int64)[inverse]
 
 
-def summarize(rows, labels, table, job, gain):
+def summarize(rows, labels, table, job, gain, picks=None):
     """The gate's evidence for one released piece (a dict): rows, groups, group sizes, how often
     the released tuples occur (:func:`tuple_counts`), the standardized SSE, rows per block; and, if
     the job has histogram edges, the piece's part of the report's data summary (``data``:
@@ -774,11 +779,19 @@ def summarize(rows, labels, table, job, gain):
         "rows_in_small_tuples": int(sizes[counts < k].sum()),
         "sse": sse,
         "stitch_gain": float(gain),
+        "auto_picks": picks,  # auto's race counts (pipeline.methods.Race.picks), or None
         "block_ids": block_ids,
         "block_rows": block_rows,
         "data": data,
         "tuple_hashes": _sorted_unique(hashes),  # the real anonymity k' (records / distinct released tuples)
     }
+
+
+def _auto_portfolio(summaries):
+    """The report's ``auto_portfolio`` (:func:`pipeline.methods.describe_picks`) if ``auto`` raced
+    its portfolio over the blocks, else None."""
+    picks = [s["auto_picks"] for s in summaries if s.get("auto_picks") is not None]
+    return describe_picks(sum(picks)) if picks else None
 
 
 def _merged_data(summaries):
@@ -877,7 +890,10 @@ def gate(released, k, n_rows):
     # a block's rows can sit in several pieces (its groups near an upper plane moved)
     block_sizes = pd.Series(np.concatenate([s["block_rows"] for s in summaries]),
                             index=np.concatenate([s["block_ids"] for s in summaries])).groupby(level=0).sum()
+    picks = [s["auto_picks"] for s in summaries if s.get("auto_picks") is not None]
     summaries = [s for s in summaries if s["rows"]]
+    if picks and summaries:  # auto's race counts of every piece (an empty one too), carried by the first
+        summaries = [{**s, "auto_picks": sum(picks) if i == 0 else None} for i, s in enumerate(summaries)]
     rows = sum(s["rows"] for s in summaries)
     bad = sum(s["rows_in_small_tuples"] for s in summaries)
     if rows != n_rows:
@@ -1252,6 +1268,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         "upper_planes": sum(f.n_upper for f in forests),
         "strata": strata.describe() if strata else None,
         "stitch_sse_gain": sum(s["stitch_gain"] for s in summaries),
+        "auto_portfolio": _auto_portfolio(summaries),
         "noise": options.noise,
         "epsilon": options.epsilon,
         "release_where": options.release_where,

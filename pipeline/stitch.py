@@ -323,9 +323,10 @@ def solve_task(Z, leaf, tree, task, k, solver, settings, tag_offset=0):
     ``tag_offset`` shifts the blocks' seed tags (each stratum's tree of a forest has its own range).
 
     A leaf with fewer than k rows (possible when routing by a sample) is merged with its sibling
-    before the kernel runs. Returns ``(labels, plane, stitch_gain)``: labels ``0..g-1`` in the rows'
-    order, and per row the upper split plane (position in ``tree.upper``) its group will be
-    stitched across, or -1 (see :func:`assign_upper`).
+    before the kernel runs. Returns ``(labels, plane, stitch_gain, picks)``: labels ``0..g-1`` in the
+    rows' order, per row the upper split plane (position in ``tree.upper``) its group will be
+    stitched across, or -1 (see :func:`assign_upper`), and ``auto``'s race counts
+    (:attr:`pipeline.methods.Race.picks`), or None without a race.
     """
     order, bounds = task_order(leaf, tree, task)
     run = _TaskSolver(np.ascontiguousarray(Z[order]), bounds, tree, k, solver, settings, tag_offset)
@@ -339,7 +340,8 @@ def solve_task(Z, leaf, tree, task, k, solver, settings, tag_offset=0):
     if run.missing:  # the completed rows (missing cells at their block groups' observed means)
         Z = np.empty_like(run.Z)
         Z[order] = run.Z
-    return labels, assign_upper(Z, labels, tree, task, settings)[labels], run.gain
+    picks = None if run.race is None else run.race.picks
+    return labels, assign_upper(Z, labels, tree, task, settings)[labels], run.gain, picks
 
 
 def stitch_upper(Z, group_ids, k, solver, settings):

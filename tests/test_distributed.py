@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 import microagg
+from microagg.pipeline import methods
 from conftest import EIA_NON_QI, assert_k_anonymous, microagg_cli
 from synthetic import QI, extract
 
@@ -846,7 +847,15 @@ def test_auto_s_race_is_the_same_release_in_memory_and_from_any_files(tmp_path, 
                 "--scheduler", "synchronous")
     race_report, full_report = (json.loads((p / "_report.json").read_text()) for p in (one, full))
     assert race_report["blocks"] >= 16 and race_report["method_options"] == {}
-    assert full_report["method_options"] == {"portfolio": "full"}
+    assert full_report["method_options"] == {"portfolio": "full"} and full_report["auto_portfolio"] is None
+    # the race's counts: every block tried the members in the race, and was won by one of them
+    raced = race_report["auto_portfolio"]
+    members = raced["members"]
+    assert raced["blocks"] == sum(m["won"] for m in members.values()) >= race_report["blocks"] - 1
+    assert all(m["tried"] <= raced["blocks"] and m["won"] <= m["tried"] for m in members.values())
+    assert {"mdav", "mdav grow=nc", "mhm mhm_order=npn", "dba"} <= set(members)
+    assert len(members) == len(methods.AUTO_PORTFOLIO)
+    assert sum(m["tried"] for m in members.values()) < len(members) * raced["blocks"]  # not every member ran
     assert full_report["information_loss"] <= race_report["information_loss"] * 1.01
 
 
