@@ -1001,6 +1001,13 @@ def _parameters_section(report):
         if isinstance(value, dict) and value:
             table = _table(("name", "value"), [(k, _fmt(v)) for k, v in value.items()], "kv")
             parts.append(f"<h3>{_e(key.replace('_', ' '))}</h3>" + table)
+    raced = _get(report, "auto_portfolio")
+    if isinstance(raced, dict) and isinstance(raced.get("members"), dict):
+        members = [(str(name), m) for name, m in raced["members"].items() if isinstance(m, dict)]
+        members.sort(key=lambda nm: (-(_number(nm[1].get("won")) or 0), nm[0]))  # the most blocks won first
+        rows = [(name, _fmt(m.get("tried")), _fmt(m.get("won"))) for name, m in members]
+        parts.append(f"<h3>auto portfolio, raced over {_e(_fmt(raced.get('blocks')))} blocks</h3>"
+                     + _table(("method", "blocks tried", "blocks won"), rows, "kv"))
     options = _get(report, "options")
     if isinstance(options, dict) and options:
         parts.append("<h3>options</h3>" + _table(("option", "value"), [(k, _fmt(v)) for k, v in options.items()], "kv"))

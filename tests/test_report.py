@@ -264,6 +264,13 @@ def test_census_page_has_every_plot_and_the_verdict(census_page):
         assert f"<td>{name}</td>" in page
     assert "<td>validate</td>" not in page  # timings are a plot, the options a table
     assert f"<td>block_size</td><td>{rep['options']['block_size']}</td>" in page
+    assert "auto portfolio" not in page  # mdav: no race
+    raced = {**rep, "auto_portfolio": {"portfolio": "race", "blocks": 40, "members": {
+        "mdav": {"tried": 8, "won": 1}, "dba": {"tried": 40, "won": 33}, "kward": {"tried": 8, "won": 0},
+        "mdav grow=nc": {"tried": 40, "won": 6}, "odd": "not a mapping"}}}
+    table = report.render_html(raced, data).split("auto portfolio, raced over 40 blocks</h3>")[1].split("</table>")[0]
+    assert re.findall(r"<tr><td>([^<]*)</td><td>(\d+)</td><td>(\d+)</td></tr>", table) == [
+        ("dba", "40", "33"), ("mdav grow=nc", "40", "6"), ("mdav", "8", "1"), ("kward", "8", "0")]
     # self-contained: nothing loaded from elsewhere, no script
     assert not re.search(r"(src|href)=\"(?!data:|#)", page)
     assert "<script" not in page and "url(" not in page
