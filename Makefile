@@ -42,6 +42,8 @@ bench: $(BENCHSTAMP)
 	$(BIN)/python tests/benchmarks/bench_stats.py
 	$(BIN)/python tests/benchmarks/bench_methods.py target
 	$(BIN)/python tests/benchmarks/bench_methods.py table
+	$(BIN)/python tests/benchmarks/bench_methods.py race --datasets census,eia,tax,extract
+	$(BIN)/python tests/benchmarks/bench_methods.py dba
 	$(BIN)/python tests/benchmarks/bench_pipeline.py floors --rows 1M,10M
 	$(BIN)/python tests/benchmarks/bench_pipeline.py inprocess --rows 100000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py blocking --rows 1000000
@@ -56,6 +58,7 @@ bench: $(BENCHSTAMP)
 	$(BIN)/python tests/benchmarks/bench_pipeline.py evaluate --rows 1000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py evaluate --rows 10000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py methods --rows 1000000
+	$(BIN)/python tests/benchmarks/bench_pipeline.py methods --rows 1000000 --methods mdav,auto,auto:portfolio=full
 	$(BIN)/python tests/benchmarks/bench_pipeline.py modes --rows 1000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py modes --rows 10000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py methods --rows 1000000 --methods mdav,pcp,zscore,univariate
