@@ -320,7 +320,7 @@ SCHEMA = {
         "mhm_order": Key(_choice(("mdav", "npn", "md", "cbfs"))),
         "univariate_grouping": Key(_choice(("optimal", "fixed"))),
         "remainder": Key(_choice(("separate", "merge"))),
-        "portfolio": Key(_choice(("race", "full"))),
+        "portfolio": Key(_choice(_pipeline_choices("methods", "PORTFOLIOS"))),
         # refinement options
         "iterations": Key(_integer(1)),
         "time_budget": Key(_number(0)),
