@@ -17,6 +17,11 @@ adding x raises it by ``m/(m+1) ||x - c||^2``; swapping x in A for y changes A's
 more than a relative tolerance, so sweeps terminate; they stop when a sweep changes nothing or after
 ``max_sweeps``. Deterministic: groups and records are visited in index order.
 
+Each group's nearest groups (by centroid) are found by scanning all pairs before the first sweep;
+before each later one, only the lists touched by the groups that changed are brought up to date
+(:func:`_update_lists`), with the same result: in the later sweeps of a search to convergence few
+groups change, and the scans cost most of a sweep.
+
 References
 ----------
 Solanas, Martinez-Balleste, Domingo-Ferrer and Mateo-Sanz: the TFRP-2 and Decompose/Shrink
@@ -57,13 +62,19 @@ def _centroid(sums, size, g, out):
         out[j] = sums[g, j] / size[g]
 
 
-@jit
-def _nearest_groups(sums, size, alive, n_neighbors):
-    """For each alive group, the ``n_neighbors`` nearest alive groups by centroid (all pairs).
+LIST_SLACK = 4
+"""Entries kept beyond the ``n_neighbors`` a sweep uses in each group's neighbour list, so that
+:func:`_update_lists` can drop the groups that moved away and still know the nearest."""
 
-    The centroids are stored column by column so each group's distances to all others are
-    computed as whole vectors (SIMD-friendly) before the partial selection.
-    """
+
+UPDATE_SHARE = 4
+"""With more than one group in ``UPDATE_SHARE`` changed, :func:`_update_lists` scans every list again."""
+
+
+@jit
+def _alive_centroids(sums, size, alive):
+    """``(ids, cent)``: the alive groups in increasing order and their centroids stored column by column
+    (``cent[:, i]`` is group ``ids[i]``'s), so one group's distances to all are whole vectors."""
     n_groups, d = sums.shape
     ids = np.empty(n_groups, dtype=np.int64)
     m = 0
@@ -76,24 +87,186 @@ def _nearest_groups(sums, size, alive, n_neighbors):
         g = ids[i]
         for j in range(d):
             cent[j, i] = sums[g, j] / size[g]
-    nb = np.full((n_groups, n_neighbors), -1, dtype=np.int64)
-    best = np.empty(n_neighbors)
+    return ids[:m], cent
+
+
+@jit
+def _row_distances(cent, i, dist, c):
+    """``dist[b]``: the squared distance of the centroids ``cent[:, i]`` and ``cent[:, b]`` (inf for b = i);
+    the same bits either way round, and as a sum over the columns in order."""
+    d, m = cent.shape
+    for j in range(d):
+        c[j] = cent[j, i]
+    _distances_to(cent, m, c, dist)
+    dist[i] = np.inf
+
+
+@jit
+def _select_row(dist, ids, keys, near, g):
+    """Row g of ``keys`` / ``near``: the nearest of the groups ``ids`` at distances ``dist``, sorted by
+    distance (ties to the lower id), up to the rows' capacity; returns how many."""
+    capacity = keys.shape[1]
+    row_keys = keys[g]
+    row_near = near[g]
+    filled = 0
+    worst = np.inf  # the buffer's largest key once full: most candidates fail this one test
+    for b in range(ids.shape[0]):
+        if dist[b] < worst:
+            filled = keep_smallest(row_keys, row_near, filled, dist[b], ids[b])
+            if filled == capacity:
+                worst = row_keys[capacity - 1]
+    return filled
+
+
+@jit
+def _offer(keys, near, filled, g, key, ident):
+    """Insert ``(key, ident)`` into row g of the sorted buffers (order: key, then ident), keeping
+    at most their capacity; returns the new fill count. Unlike ``keep_smallest``, the newcomers may
+    come in any order of ``ident``."""
+    capacity = keys.shape[1]
+    if filled == capacity:
+        last = capacity - 1
+        if key > keys[g, last] or (key == keys[g, last] and ident > near[g, last]):
+            return filled
+        pos = last
+    else:
+        pos = filled
+        filled += 1
+    while pos > 0 and (keys[g, pos - 1] > key or (keys[g, pos - 1] == key and near[g, pos - 1] > ident)):
+        keys[g, pos] = keys[g, pos - 1]
+        near[g, pos] = near[g, pos - 1]
+        pos -= 1
+    keys[g, pos] = key
+    near[g, pos] = ident
+    return filled
+
+
+@jit
+def _nearest_groups(sums, size, alive, n_neighbors):
+    """For each alive group, the ``n_neighbors`` nearest alive groups by centroid (all pairs; ties to
+    the lower group id); -1 where there are fewer, and for dead groups."""
+    lists = _neighbour_lists(sums, size, alive, n_neighbors)
+    return _first_neighbours(lists, alive, n_neighbors)
+
+
+@jit
+def _neighbour_lists(sums, size, alive, capacity):
+    """Every alive group's ``capacity`` nearest groups: ``(keys, near, filled, whole)``, ``whole[g]``
+    when g's list holds every other alive group."""
+    n_groups = sums.shape[0]
+    lists = (np.empty((n_groups, capacity)), np.full((n_groups, capacity), -1, dtype=np.int64),
+             np.zeros(n_groups, dtype=np.int64), np.zeros(n_groups, dtype=np.bool_))
+    _scan_all(lists, sums, size, alive)
+    return lists
+
+
+@jit
+def _scan_all(lists, sums, size, alive):
+    """Every alive group's list of :func:`_neighbour_lists`, from all its distances."""
+    keys, near, filled, whole = lists
+    ids, cent = _alive_centroids(sums, size, alive)
+    m = ids.shape[0]
     dist = np.empty(m)
-    c = np.empty(d)
-    for a in range(m):
-        for j in range(d):
-            c[j] = cent[j, a]
-        _distances_to(cent, m, c, dist)
-        dist[a] = np.inf
-        row_nb = nb[ids[a]]
-        filled = 0
-        worst = np.inf  # the buffer's largest key once full: most candidates fail this one test
-        for b in range(m):
-            if dist[b] < worst:
-                filled = keep_smallest(best, row_nb, filled, dist[b], ids[b])
-                if filled == n_neighbors:
-                    worst = best[n_neighbors - 1]
+    c = np.empty(cent.shape[0])
+    filled[:] = 0
+    for i in range(m):
+        g = ids[i]
+        _row_distances(cent, i, dist, c)
+        filled[g] = _select_row(dist, ids, keys, near, g)
+        whole[g] = filled[g] == m - 1
+
+
+@jit
+def _first_neighbours(lists, alive, n_neighbors):
+    """The first ``n_neighbors`` of each alive group's list (-1 beyond its length, and for the dead)."""
+    _, near, filled, _ = lists
+    nb = np.full((near.shape[0], n_neighbors), -1, dtype=np.int64)
+    for g in range(near.shape[0]):
+        if alive[g]:
+            for u in range(min(n_neighbors, filled[g])):
+                nb[g, u] = near[g, u]
     return nb
+
+
+@jit
+def _update_lists(lists, sums, size, alive, version, seen, n_neighbors):
+    """Bring the lists of :func:`_neighbour_lists` up to date after groups changed; each list's first
+    ``n_neighbors`` are then those a full scan gives, bit for bit.
+
+    ``seen`` holds each group's ``version`` when the lists were made (updated here). When many groups
+    changed, every list is scanned again. Otherwise each changed group's list is (its distances to
+    all), and those distances are offered to the other groups' lists. An unchanged group's list is an
+    exact prefix of its neighbours by (distance, id): its unchanged entries keep their distances, and
+    every unchanged group missing from it is farther than its last entry. Its changed and dead
+    entries are dropped, the changed groups come back at their new distances, and the entries up to
+    the old last one are again an exact prefix. One left with fewer than ``n_neighbors`` (while more
+    groups are alive) is scanned in full.
+    """
+    keys, near, filled, whole = lists
+    capacity = keys.shape[1]
+    ids, cent = _alive_centroids(sums, size, alive)
+    m = ids.shape[0]
+    stale = np.empty(sums.shape[0], dtype=np.bool_)  # changed or dead since the lists were made
+    for g in range(sums.shape[0]):
+        stale[g] = version[g] != seen[g] or not alive[g]
+        seen[g] = version[g]
+        if not alive[g]:
+            filled[g] = 0
+    moved = np.empty(m, dtype=np.bool_)
+    n_moved = 0
+    for i in range(m):
+        moved[i] = stale[ids[i]]
+        n_moved += moved[i]
+    if n_moved * UPDATE_SHARE > m:
+        _scan_all(lists, sums, size, alive)
+        return
+    last_key = np.empty(m)
+    last_id = np.empty(m, dtype=np.int64)
+    for i in range(m):  # the unchanged groups' lists without their changed and dead entries
+        g = ids[i]
+        if moved[i]:
+            continue
+        n_old = filled[g]
+        last_key[i] = keys[g, n_old - 1] if n_old else np.inf
+        last_id[i] = near[g, n_old - 1] if n_old else -1
+        kept = 0
+        for u in range(n_old):
+            h = near[g, u]
+            if not stale[h]:
+                keys[g, kept] = keys[g, u]
+                near[g, kept] = h
+                kept += 1
+        filled[g] = kept
+    dist = np.empty(m)
+    c = np.empty(cent.shape[0])
+    for o in range(m):
+        if not moved[o]:
+            continue
+        h = ids[o]
+        _row_distances(cent, o, dist, c)
+        filled[h] = _select_row(dist, ids, keys, near, h)
+        whole[h] = filled[h] == m - 1
+        for i in range(m):
+            g = ids[i]
+            if not moved[i] and (filled[g] < capacity or dist[i] <= keys[g, capacity - 1]):
+                filled[g] = _offer(keys, near, filled[g], g, dist[i], h)
+    for i in range(m):
+        g = ids[i]
+        if moved[i]:
+            continue
+        kept = filled[g]
+        if not whole[g]:
+            valid = 0
+            while valid < kept and (keys[g, valid] < last_key[i]
+                                    or (keys[g, valid] == last_key[i] and near[g, valid] <= last_id[i])):
+                valid += 1
+            kept = valid
+        filled[g] = kept
+        whole[g] = whole[g] or kept == m - 1
+        if not whole[g] and kept < n_neighbors:
+            _row_distances(cent, i, dist, c)
+            filled[g] = _select_row(dist, ids, keys, near, g)
+            whole[g] = filled[g] == m - 1
 
 
 @jit
@@ -160,7 +333,7 @@ def _own_distances(Z, members, size, g, own, ca):
 
 
 @jit
-def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
+def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12, rescan=False):
     """Improve ``labels`` in place by local search; returns the number of applied changes.
 
     Parameters
@@ -172,6 +345,8 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
     n_neighbors : candidate groups per group (nearest centroids)
     max_sweeps : upper bound on sweeps over all groups
     tol : a change must lower the SSE by more than ``tol`` times the mean squared norm of a row
+    rescan : scan every pair of groups for their neighbour lists at each sweep, instead of bringing
+        the lists up to date (:func:`_update_lists`): the same groups, slower (a check and a baseline)
     """
     n, d = Z.shape
     n_groups = 0
@@ -219,8 +394,15 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12):
     idle_version = np.zeros((n_groups, n_neighbors, 2), dtype=np.int64)
     idle_next = np.zeros(n_groups, dtype=np.int64)
     changes = 0
-    for _ in range(max_sweeps):
-        nb = _nearest_groups(sums, size, alive, n_neighbors)
+    # the neighbour lists, kept a little longer than needed when they are to be brought up to date
+    lists = _neighbour_lists(sums, size, alive, n_neighbors if max_sweeps == 1 else n_neighbors + LIST_SLACK)
+    seen = version.copy()
+    for sweep in range(max_sweeps):
+        if sweep and rescan:
+            _scan_all(lists, sums, size, alive)
+        elif sweep:
+            _update_lists(lists, sums, size, alive, version, seen, n_neighbors)
+        nb = _first_neighbours(lists, alive, n_neighbors)
         changed = 0
         for a in range(n_groups):
             if not alive[a]:

@@ -19,7 +19,7 @@ import microagg
 import naive
 from microagg import kernels
 from microagg.kernels import eigen, groups, windows
-from microagg.kernels.refine import _nearest_groups
+from microagg.kernels.refine import LIST_SLACK, _first_neighbours, _nearest_groups, _neighbour_lists, _update_lists
 from microagg.pipeline import stats
 
 FAST = settings(deadline=None, max_examples=150)
@@ -324,6 +324,26 @@ def test_refine_never_raises_sse_and_keeps_sizes(case, neighbors, sweeps):
     again = labels.copy()
     kernels.refine(X, again, k, 2 * k - 1, neighbors, sweeps)
     assert np.array_equal(again, refined)  # deterministic
+    rescanned = labels.copy()
+    kernels.refine(X, rescanned, k, 2 * k - 1, neighbors, sweeps, rescan=True)
+    assert np.array_equal(rescanned, refined)  # neighbour lists brought up to date = scanned again
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_refine_to_convergence_with_lists_brought_up_to_date_gives_the_groups_of_full_scans(ties):
+    """Hundreds of groups over many sweeps, with equal distances when ``ties``: the local search that
+    updates its neighbour lists forms the groups of the one that scans every pair at every sweep."""
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(1500, 6)) * rng.uniform(0.2, 3.0, size=6)
+    if ties:
+        X = np.round(X)
+    for k, neighbors in ((3, 8), (5, 6)):
+        start = kernels.mdav(X, k)
+        fast, slow = start.copy(), start.copy()
+        changes = kernels.refine(X, fast, k, 2 * k - 1, neighbors, 1000)
+        assert kernels.refine(X, start.copy(), k, 2 * k - 1, neighbors, 1) < changes  # sweeps after the first changed groups
+        assert kernels.refine(X, slow, k, 2 * k - 1, neighbors, 1000, rescan=True) == changes
+        assert np.array_equal(fast, slow)
 
 
 def test_refine_improves_mdav_on_census(census):
@@ -351,6 +371,32 @@ def test_nearest_groups_are_the_nearest_centroids(sums, n_neighbors, seed):
         got = np.sort(((centroids[nb[a]] - centroids[a]) ** 2).sum(axis=1))
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
     assert (nb[~alive] == -1).all()
+
+
+@FAST
+@given(st.integers(2, 90), st.integers(1, 5), st.integers(1, 8), st.booleans(), st.integers(0, 2**32 - 1))
+def test_neighbour_lists_brought_up_to_date_are_those_a_full_scan_gives(n_groups, d, n_neighbors, ties, seed):
+    """The local search's lists after groups moved or died (a few, or many: then all are scanned
+    again) hold the same neighbours, in the same order, as scanning every pair again."""
+    rng = np.random.default_rng(seed)
+    draw = (lambda shape: rng.integers(-3, 4, size=shape).astype(float)) if ties else (lambda shape: rng.normal(size=shape))
+    sums, size = draw((n_groups, d)), rng.integers(1, 9, size=n_groups)
+    alive = np.ones(n_groups, dtype=bool)
+    n_neighbors = min(n_neighbors, n_groups - 1)
+    lists = _neighbour_lists(sums, size, alive, n_neighbors + LIST_SLACK)
+    version, seen = np.zeros(n_groups, dtype=np.int64), np.zeros(n_groups, dtype=np.int64)
+    for _ in range(6):
+        share = rng.choice([0.02, 0.1, 0.5])
+        moved = np.flatnonzero(alive & (rng.random(n_groups) < share))
+        sums[moved] += draw((len(moved), d)) * rng.choice([0.1, 1.0])
+        version[moved] += 1
+        if alive.sum() > 2 and rng.random() < 0.5:
+            dead = rng.choice(np.flatnonzero(alive))
+            alive[dead] = False
+            version[dead] += 1
+        _update_lists(lists, sums, size, alive, version, seen, n_neighbors)
+        assert np.array_equal(seen, version)
+        assert np.array_equal(_first_neighbours(lists, alive, n_neighbors), _nearest_groups(sums, size, alive, n_neighbors))
 
 
 @FAST

@@ -4,6 +4,7 @@
     .venv/bin/python tests/benchmarks/bench_methods.py target [--budget 55]
     .venv/bin/python tests/benchmarks/bench_methods.py race [--datasets census,eia,tax,extract] [--rows 200000]
     .venv/bin/python tests/benchmarks/bench_methods.py dba [--rows 200000]
+    .venv/bin/python tests/benchmarks/bench_methods.py refine [--rows 200000]
 
 ``table``: information loss (%) and seconds (one core, after compilation) of every method of
 ``microagg.METHODS`` followed by every refinement of ``microagg.REFINERS`` (ils with a fixed iteration
@@ -24,6 +25,11 @@ a block of the split tree holds neighbouring rows), k = 3, 5, 10: milliseconds p
 with its candidate lists (``reserve=4``, the default) against one list entry per neighbour
 (``reserve=1``: a full scan for every recomputed neighbourhood, as before the lists), which must
 give the same groups; and of DBA-2.
+
+``refine``: the local search to convergence (as ``auto`` runs it after each member) from the groups
+of mdav, cbfs and dba on the same 8 blocks, k = 3, 5, 10: milliseconds per block with the neighbour
+lists brought up to date between sweeps (the default) against every pair scanned again at every sweep
+(``rescan=True``), which must give the same groups.
 """
 
 import argparse
@@ -160,13 +166,19 @@ def _extract(args):
     return pd.read_parquet(make_extract(args.rows, root), columns=QI).to_numpy(dtype=float)
 
 
+def _blocks(args):
+    """8 blocks of 2,500 rows of the standardized extract: the rows nearest a random row, as a block of
+    the split tree holds neighbouring rows."""
+    Z = microagg.standardize(_extract(args))[0]
+    rng = np.random.default_rng(0)
+    return [np.ascontiguousarray(Z[np.argsort(((Z - Z[rng.integers(len(Z))]) ** 2).sum(1))[:2500]])
+            for _ in range(8)]
+
+
 def dba(args):
     from microagg.kernels.dba import dba1, dba2
 
-    Z = microagg.standardize(_extract(args))[0]
-    rng = np.random.default_rng(0)
-    blocks = [np.ascontiguousarray(Z[np.argsort(((Z - Z[rng.integers(len(Z))]) ** 2).sum(1))[:2500]])
-              for _ in range(8)]
+    blocks = _blocks(args)
     print("| k | DBA-1 ms, one scan per neighbourhood (reserve=1) | DBA-1 ms, candidate lists | ratio | same groups "
           "| DBA-2 ms |")
     print("| ---: | ---: | ---: | ---: | --- | ---: |")
@@ -190,19 +202,45 @@ def dba(args):
               flush=True)
 
 
+def refine(args):
+    from microagg import kernels
+    from microagg.pipeline.methods import METHODS, run_method
+
+    blocks = _blocks(args)
+    print("| start | k | ms, every pair scanned at every sweep | ms, lists brought up to date | ratio | same groups |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for name in ("mdav", "cbfs", "dba"):
+        for k in (3, 5, 10):
+            starts = [run_method(METHODS[name], B, k) for B in blocks]
+            kernels.refine(blocks[0][:100], kernels.mdav(blocks[0][:100], k), k, 2 * k - 1, 8, 1000, rescan=True)
+            seconds = {True: 0.0, False: 0.0}
+            same = True
+            for B, start in zip(blocks, starts):
+                out = {}
+                for rescan in (True, False):
+                    out[rescan] = start.copy()
+                    begin = time.perf_counter()
+                    kernels.refine(B, out[rescan], k, 2 * k - 1, 8, 1000, rescan=rescan)
+                    seconds[rescan] += time.perf_counter() - begin
+                same &= bool(np.array_equal(out[True], out[False]))
+            ms = {key: 1000 * value / len(blocks) for key, value in seconds.items()}
+            print(f"| {name} | {k} | {ms[True]:.2f} | {ms[False]:.2f} | {ms[True] / ms[False]:.2f}x | "
+                  f"{'yes' if same else 'NO'} |", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("table", "target", "race", "dba"))
+    parser.add_argument("mode", choices=("table", "target", "race", "dba", "refine"))
     parser.add_argument("--datasets", default="census,eia,tax")
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--budget", type=float, default=55.0, help="ils seconds per case (target mode)")
-    parser.add_argument("--rows", type=int, default=200_000, help="race, dba modes: rows of the extract")
-    parser.add_argument("--data", default=None, help="race, dba modes: where the extract is kept (default: the temp dir)")
+    parser.add_argument("--rows", type=int, default=200_000, help="race, dba, refine modes: rows of the extract")
+    parser.add_argument("--data", default=None, help="race, dba, refine modes: where the extract is kept (default: the temp dir)")
     parser.add_argument("--probes", type=int, default=4, help="race mode: blocks of a task that try every method")
     parser.add_argument("--reprobe", type=int, default=16, help="race mode: every this-many-th block tries them again")
     parser.add_argument("--margin", type=float, default=0.01, help="race mode: within this of a probe's best stays")
     args = parser.parse_args()
-    {"table": table, "target": target, "race": race, "dba": dba}[args.mode](args)
+    {"table": table, "target": target, "race": race, "dba": dba, "refine": refine}[args.mode](args)
 
 
 if __name__ == "__main__":
