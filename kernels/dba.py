@@ -59,35 +59,33 @@ Khomnotai, Lin, Peng and Santra (2018), section 3
 import numpy as np
 
 from ._jit import jit
-from .mdav import column_major, mdav
+from .mdav import _distances_to, column_major, mdav
 from .groups import attach_leftovers
 from .select import keep_smallest
 
 
 @jit
-def _distances_to(Y, p, dist):
-    """``dist[i] = ||Y[:, i] - Y[:, p]||^2`` for every stored record (column-major ``Y``)."""
-    d, n = Y.shape
-    for i in range(n):
-        dist[i] = 0.0
-    for j in range(d):
-        row = Y[j]
-        pj = row[p]
-        for i in range(n):
-            t = row[i] - pj
-            dist[i] += t * t
-
-
-@jit
 def _nearest_alive(Y, x, alive, dist, cand_d, cand):
     """Scan every alive record but ``x``: the ``len(cand)`` nearest of ``x`` into ``cand`` (sorted by
-    distance, then row), ``dist`` receiving the distances. Returns how many were kept."""
-    n = Y.shape[1]
-    _distances_to(Y, x, dist)
+    distance, then row), ``dist`` receiving the distances. Returns how many were kept.
+
+    The distances are MDAV's (:func:`.mdav._distances_to`: four columns per pass, each a plain sum over
+    the columns in order), and a candidate no nearer than the full list's last is turned away before
+    the call that would refuse it (its own test), so the lists are those of one column per pass and
+    one call per candidate, bit for bit."""
+    d, n = Y.shape
+    p = np.empty(d)
+    for j in range(d):
+        p[j] = Y[j, x]
+    _distances_to(Y, n, p, dist)
+    capacity = cand.shape[0]
     filled = 0
+    worst = np.inf
     for i in range(n):
-        if alive[i] and i != x:
+        if alive[i] and i != x and (filled < capacity or not dist[i] >= worst):  # keep_smallest's own test
             filled = keep_smallest(cand_d, cand, filled, dist[i], i)
+            if filled == capacity:
+                worst = cand_d[capacity - 1]
     return filled
 
 
