@@ -33,7 +33,7 @@ import numpy as np
 
 from ._jit import jit
 from .mdav import _distances_to
-from .select import keep_smallest
+from .select import keep_smallest, offer_in_order
 
 
 @jit
@@ -116,37 +116,6 @@ def _select_row(dist, ids, keys, near, g):
             if filled == capacity:
                 worst = row_keys[capacity - 1]
     return filled
-
-
-@jit
-def _offer(keys, near, filled, g, key, ident):
-    """Insert ``(key, ident)`` into row g of the sorted buffers (order: key, then ident), keeping
-    at most their capacity; returns the new fill count. Unlike ``keep_smallest``, the newcomers may
-    come in any order of ``ident``."""
-    capacity = keys.shape[1]
-    if filled == capacity:
-        last = capacity - 1
-        if key > keys[g, last] or (key == keys[g, last] and ident > near[g, last]):
-            return filled
-        pos = last
-    else:
-        pos = filled
-        filled += 1
-    while pos > 0 and (keys[g, pos - 1] > key or (keys[g, pos - 1] == key and near[g, pos - 1] > ident)):
-        keys[g, pos] = keys[g, pos - 1]
-        near[g, pos] = near[g, pos - 1]
-        pos -= 1
-    keys[g, pos] = key
-    near[g, pos] = ident
-    return filled
-
-
-@jit
-def _nearest_groups(sums, size, alive, n_neighbors):
-    """For each alive group, the ``n_neighbors`` nearest alive groups by centroid (all pairs; ties to
-    the lower group id); -1 where there are fewer, and for dead groups."""
-    lists = _neighbour_lists(sums, size, alive, n_neighbors)
-    return _first_neighbours(lists, alive, n_neighbors)
 
 
 @jit
@@ -249,7 +218,7 @@ def _update_lists(lists, sums, size, alive, version, seen, n_neighbors):
         for i in range(m):
             g = ids[i]
             if not moved[i] and (filled[g] < capacity or dist[i] <= keys[g, capacity - 1]):
-                filled[g] = _offer(keys, near, filled[g], g, dist[i], h)
+                filled[g] = offer_in_order(keys[g], near[g], filled[g], dist[i], h)
     for i in range(m):
         g = ids[i]
         if moved[i]:

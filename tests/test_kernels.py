@@ -19,7 +19,8 @@ import microagg
 import naive
 from microagg import kernels
 from microagg.kernels import eigen, groups, windows
-from microagg.kernels.refine import LIST_SLACK, _first_neighbours, _nearest_groups, _neighbour_lists, _update_lists
+from microagg.kernels.refine import LIST_SLACK, _first_neighbours, _neighbour_lists, _update_lists
+from microagg.kernels.select import keep_smallest, offer_in_order
 from microagg.pipeline import stats
 
 FAST = settings(deadline=None, max_examples=150)
@@ -353,6 +354,28 @@ def test_refine_improves_mdav_on_census(census):
     changes = kernels.refine(Z, refined, 3, 5)
     assert changes > 0
     assert naive.sse(Z, refined) < 0.95 * naive.sse(Z, labels)
+
+
+@FAST
+@given(hnp.arrays(np.float64, st.integers(1, 40), elements=st.integers(0, 6).map(float)), st.integers(1, 8),
+       st.integers(0, 2**32 - 1))
+def test_offers_in_any_order_keep_what_a_scan_in_order_keeps(values, capacity, seed):
+    """offer_in_order, fed the candidates shuffled, ends with the buffers keep_smallest fills from a
+    scan by increasing id (ties to the lower id)."""
+    want_keys, want_ids = np.empty(capacity), np.empty(capacity, dtype=np.int64)
+    got_keys, got_ids = np.empty(capacity), np.empty(capacity, dtype=np.int64)
+    want = got = 0
+    for ident, key in enumerate(values):
+        want = keep_smallest(want_keys, want_ids, want, key, ident)
+    for ident in np.random.default_rng(seed).permutation(len(values)):
+        got = offer_in_order(got_keys, got_ids, got, values[ident], ident)
+    assert got == want
+    assert np.array_equal(got_ids[:got], want_ids[:want]) and np.array_equal(got_keys[:got], want_keys[:want])
+
+
+def _nearest_groups(sums, size, alive, n_neighbors):
+    """The local search's neighbour lists from a scan of every pair of groups."""
+    return _first_neighbours(_neighbour_lists(sums, size, alive, n_neighbors), alive, n_neighbors)
 
 
 @FAST
