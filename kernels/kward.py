@@ -26,7 +26,11 @@ at least ``min(cost(a, x), cost(b, x))``) means partners of other clusters stay 
 clusters whose partner was a or b: their old cost becomes a lower bound and they are rescanned only
 when that bound reaches the top (a lazy update, as in generic agglomerative clustering). Memory is
 O(n d): cluster centroids and sizes, no distance matrix (the pipeline runs k-Ward per block of
-about 5,000 rows). Time O(n^2 d) for the first nearest partners plus O(n d) per merge and rescan.
+about 2,500 rows). Time O(n^2 d) for the first nearest partners plus O(n d) per merge and rescan.
+The distances from one centroid to all others go through MDAV's column-by-column distance pass
+(:func:`microagg.kernels.mdav._distances_to`), each the same bits as the pair-by-pair sum (2.5x
+faster on blocks of the synthetic extract; BENCHMARKS.md); after a merge, one such pass serves the
+other clusters' partners and the union's own.
 
 Tie-breaking (deterministic, a function of the row order only): a cluster is named by its lowest
 row index; among merges of equal cost the one whose small cluster (the lower-named one if both are
@@ -48,34 +52,40 @@ Statistical Association 58, 236-244.
 
 import numpy as np
 
-from ._jit import jit
+from ._jit import inline_jit, jit
+from .mdav import _distances_to, column_major
 from .select import keep_smallest
 
 
-@jit
-def _ward_cost(cent, size, a, b):
-    d = cent.shape[1]
-    s = 0.0
-    for j in range(d):
-        t = cent[a, j] - cent[b, j]
-        s += t * t
-    return size[a] * size[b] / (size[a] + size[b]) * s
+@inline_jit
+def _ward_cost(size_a, size_b, dist):
+    """The SSE increase of merging clusters of ``size_a`` and ``size_b`` records whose centroids
+    lie ``dist`` (squared) apart."""
+    return size_a * size_b / (size_a + size_b) * dist
 
 
 @jit
-def _rescan(cent, size, active, x, nn, nn_cost):
-    """Nearest partner of cluster ``x`` among all other active clusters (the lowest name on ties)."""
-    m = cent.shape[0]
+def _partner(size, active, x, dist, nn, nn_cost):
+    """Nearest partner of cluster ``x`` among all other active clusters (the lowest name on ties),
+    from ``dist``: the squared distances from its centroid to every cluster's."""
     best = -1
     best_c = np.inf
-    for y in range(m):
+    for y in range(dist.shape[0]):
         if active[y] and y != x:
-            c = _ward_cost(cent, size, x, y)
+            c = _ward_cost(size[x], size[y], dist[y])
             if c < best_c:
                 best_c = c
                 best = y
     nn[x] = best
     nn_cost[x] = best_c
+
+
+@jit
+def _rescan(Y, cent, size, active, x, nn, nn_cost, dist):
+    """:func:`_partner` of ``x``, its distances computed here by MDAV's distance pass (``Y``: the
+    centroids column by column; ``dist``: scratch)."""
+    _distances_to(Y, cent.shape[0], cent[x], dist)
+    _partner(size, active, x, dist, nn, nn_cost)
 
 
 @jit
@@ -113,6 +123,8 @@ def _split(Z, rows, k):
     for t in range(m):
         for j in range(d):
             cent[t, j] = Z[rows[t], j]
+    Y = column_major(cent)  # the centroids column by column, for the distance passes
+    dist = np.empty(m)
     root = np.arange(m)  # cluster name (slot) of each position, resolved through the merges below
     # step 1: the two extreme groups
     mean = np.zeros(d)
@@ -132,7 +144,6 @@ def _split(Z, rows, k):
             r_d = s
             r = t
     taken = np.zeros(m, dtype=np.bool_)
-    dist = np.empty(m)
     best_d = np.empty(k - 1)
     best_i = np.empty(k - 1, dtype=np.int64)
     first = _extreme_group(Z, rows, taken, r, k, dist, best_d, best_i)
@@ -151,6 +162,7 @@ def _split(Z, rows, k):
             for t in range(k):
                 acc += Z[rows[grp[t]], j]
             cent[name, j] = acc / k
+            Y[j, name] = cent[name, j]
         size[name] = k
         for t in range(k):
             if grp[t] != name:
@@ -162,7 +174,7 @@ def _split(Z, rows, k):
     stale = np.zeros(m, dtype=np.bool_)
     for x in range(m):
         if active[x] and size[x] < k:
-            _rescan(cent, size, active, x, nn, nn_cost)
+            _rescan(Y, cent, size, active, x, nn, nn_cost, dist)
     while True:
         x = -1
         x_c = np.inf
@@ -174,7 +186,7 @@ def _split(Z, rows, k):
         if x < 0:
             break
         if stale[x]:
-            _rescan(cent, size, active, x, nn, nn_cost)
+            _rescan(Y, cent, size, active, x, nn, nn_cost, dist)
             stale[x] = False
             continue
         y = nn[x]
@@ -183,21 +195,23 @@ def _split(Z, rows, k):
         total = size[a] + size[b]
         for j in range(d):
             cent[a, j] = (size[a] * cent[a, j] + size[b] * cent[b, j]) / total
+            Y[j, a] = cent[a, j]
         size[a] = total
         active[b] = False
         root[b] = a
+        _distances_to(Y, m, cent[a], dist)  # the union's distances: for the partners below, and its own
         for z in range(m):
             if not active[z] or size[z] >= k or z == a:
                 continue
             if nn[z] == x or nn[z] == y:
                 stale[z] = True  # its cost stays as a lower bound (reducibility)
             elif not stale[z]:
-                c = _ward_cost(cent, size, z, a)
+                c = _ward_cost(size[z], size[a], dist[z])
                 if c < nn_cost[z] or (c == nn_cost[z] and a < nn[z]):
                     nn_cost[z] = c
                     nn[z] = a
         if size[a] < k:
-            _rescan(cent, size, active, a, nn, nn_cost)
+            _partner(size, active, a, dist, nn, nn_cost)
             stale[a] = False
     # resolve every position to its cluster's name, then number the clusters by name
     for t in range(m):

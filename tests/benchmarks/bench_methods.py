@@ -5,6 +5,7 @@
     .venv/bin/python tests/benchmarks/bench_methods.py race [--datasets census,eia,tax,extract] [--rows 200000]
     .venv/bin/python tests/benchmarks/bench_methods.py dba [--rows 200000]
     .venv/bin/python tests/benchmarks/bench_methods.py refine [--rows 200000]
+    .venv/bin/python tests/benchmarks/bench_methods.py members [--rows 200000]
 
 ``table``: information loss (%) and seconds (one core, after compilation) of every method of
 ``microagg.METHODS`` followed by every refinement of ``microagg.REFINERS`` (ils with a fixed iteration
@@ -30,6 +31,10 @@ give the same groups; and of DBA-2.
 of mdav, cbfs and dba on the same 8 blocks, k = 3, 5, 10: milliseconds per block with the neighbour
 lists brought up to date between sweeps (the default) against every pair scanned again at every sweep
 (``rescan=True``), which must give the same groups.
+
+``members``: what one block costs ``auto``: each member of its portfolio on the same 8 blocks, k = 5:
+milliseconds per block of the method and of the local search to convergence that follows it, the
+mean gap of its refined SSE to the block's best member's, and the blocks it wins.
 """
 
 import argparse
@@ -228,19 +233,48 @@ def refine(args):
                   f"{'yes' if same else 'NO'} |", flush=True)
 
 
+def members(args):
+    from microagg import kernels
+    from microagg.pipeline.methods import AUTO_PORTFOLIO, METHODS, run_method
+
+    blocks, k = _blocks(args), 5
+    names = [" ".join([name, *(f"{key}={value}" for key, value in options.items())]) for name, options in AUTO_PORTFOLIO]
+    seconds = np.zeros((len(AUTO_PORTFOLIO), 2))
+    sse = np.zeros((len(blocks), len(AUTO_PORTFOLIO)))
+    for i, (name, options) in enumerate(AUTO_PORTFOLIO):  # compile (or load) before timing
+        kernels.refine(blocks[0][:100], run_method(METHODS[name], blocks[0][:100], k, options), k, 2 * k - 1, 8, 1000)
+    for b, B in enumerate(blocks):
+        for i, (name, options) in enumerate(AUTO_PORTFOLIO):
+            start = time.perf_counter()
+            labels = run_method(METHODS[name], B, k, options)
+            middle = time.perf_counter()
+            kernels.refine(B, labels, k, 2 * k - 1, 8, 1000)
+            seconds[i] += middle - start, time.perf_counter() - middle
+            sse[b, i] = kernels.sse(B, labels, int(labels.max()) + 1)
+    ms = 1000 * seconds / len(blocks)
+    gap = 100 * (sse / sse.min(axis=1, keepdims=True) - 1).mean(axis=0)
+    won = np.bincount(sse.argmin(axis=1), minlength=len(AUTO_PORTFOLIO))
+    print(f"k = {k}, {len(blocks)} blocks of {len(blocks[0]):,} rows; all members: {ms.sum():.1f} ms per block\n")
+    print("| member | method ms | local search ms | mean gap to the best % | blocks won |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for i, name in enumerate(names):
+        print(f"| {name} | {ms[i, 0]:.1f} | {ms[i, 1]:.1f} | {gap[i]:.2f} | {won[i]} |", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("table", "target", "race", "dba", "refine"))
+    parser.add_argument("mode", choices=("table", "target", "race", "dba", "refine", "members"))
     parser.add_argument("--datasets", default="census,eia,tax")
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--budget", type=float, default=55.0, help="ils seconds per case (target mode)")
-    parser.add_argument("--rows", type=int, default=200_000, help="race, dba, refine modes: rows of the extract")
-    parser.add_argument("--data", default=None, help="race, dba, refine modes: where the extract is kept (default: the temp dir)")
+    parser.add_argument("--rows", type=int, default=200_000, help="race, dba, refine, members modes: rows of the extract")
+    parser.add_argument("--data", default=None, help="race, dba, refine, members modes: where the extract is kept (default: the temp dir)")
     parser.add_argument("--probes", type=int, default=4, help="race mode: blocks of a task that try every method")
     parser.add_argument("--reprobe", type=int, default=16, help="race mode: every this-many-th block tries them again")
     parser.add_argument("--margin", type=float, default=0.01, help="race mode: within this of a probe's best stays")
     args = parser.parse_args()
-    {"table": table, "target": target, "race": race, "dba": dba, "refine": refine}[args.mode](args)
+    {"table": table, "target": target, "race": race, "dba": dba, "refine": refine,
+     "members": members}[args.mode](args)
 
 
 if __name__ == "__main__":
