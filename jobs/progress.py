@@ -28,20 +28,31 @@ log = logging.getLogger(__name__)
 
 
 def _task_states(dask_scheduler=None):
-    return dict(Counter(ts.state for ts in dask_scheduler.tasks.values()))
+    """The scheduler's tasks by state, and ``"on threads"``: per worker, its processing tasks up to
+    its thread count (a worker's processing tasks beyond its threads wait for one)."""
+    states = Counter(ts.state for ts in dask_scheduler.tasks.values())
+    states["on threads"] = sum(min(len(ws.processing), ws.nthreads) for ws in dask_scheduler.workers.values())
+    return dict(states)
 
 
 def task_counts(client):
-    """``(done, running, waiting)`` tasks on the client's scheduler, or None if it cannot tell."""
+    """``(done, running, waiting)`` tasks on the client's scheduler, or None if it cannot tell.
+
+    Running tasks are those on a worker thread, at most the cluster's threads: Dask's ``processing``
+    state also holds the tasks a worker has been given ahead of a free thread (hundreds of a job's
+    block tasks at once), which are counted as waiting with those not yet given to any worker.
+    """
     if client is None:
         return None
     try:
         states = client.run_on_scheduler(_task_states)
     except Exception:  # progress must never break a job
         return None
+    running = min(states.get("on threads", 0), states.get("processing", 0))
     return (states.get("memory", 0) + states.get("released", 0) + states.get("forgotten", 0),
-            states.get("processing", 0),
-            states.get("waiting", 0) + states.get("queued", 0) + states.get("no-worker", 0))
+            running,
+            states.get("processing", 0) - running
+            + states.get("waiting", 0) + states.get("queued", 0) + states.get("no-worker", 0))
 
 
 def reporting(client, quiet=False):

@@ -2,6 +2,7 @@
 
 import io
 import logging
+import threading
 import time
 
 from microagg.jobs.progress import LogProgress, StageProgress, wanted
@@ -113,3 +114,34 @@ def test_the_json_log_of_a_job_on_a_cluster_has_progress_records(tmp_path, monke
     assert ticks and {"blocks"} <= {e["stage"] for e in ticks}
     assert all(e["tasks_done"] >= 0 and e["tasks_running"] >= 0 and e["tasks_waiting"] >= 0 for e in ticks)
     assert entries[-1]["event"] == "finished"
+
+
+_RELEASE = threading.Event()
+
+
+def _held(i):
+    _RELEASE.wait(30)
+    return i
+
+
+def test_running_tasks_are_those_on_a_thread():
+    """Dask's ``processing`` state holds every task a worker was given, also those waiting for one of
+    its threads: the progress counts as running at most the cluster's threads, and every task once."""
+    from distributed import Client, LocalCluster
+
+    from microagg.jobs.progress import task_counts
+
+    _RELEASE.clear()
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        futures = client.map(_held, range(12), pure=False)
+        deadline = time.monotonic() + 30
+        counts = task_counts(client)
+        while counts[1] < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            counts = task_counts(client)
+        done, running, waiting = counts
+        assert (done, running, waiting) == (0, 2, 10)
+        _RELEASE.set()
+        client.gather(futures)
+        assert task_counts(client) == (12, 0, 0)
