@@ -48,7 +48,7 @@ for the selection plus the candidate refreshes; MD finds its farthest pair by sc
 decreasing distance from the centroid c, pairs each only with the records after it whose bound
 ``||x_i - c|| + ||x_j - c||`` (triangle inequality) still reaches the best pair, and stops when the
 bound with the next record falls below it: exact, with O(n^2 d) per pair in the worst case but far
-less on real data (1.5x faster on blocks of the synthetic extract than pairing each examined record
+less on real data (1.3-1.6x faster on blocks of the synthetic extract than pairing each examined record
 with every other; BENCHMARKS.md). Memory is O(n d) throughout; no distance matrix is formed.
 
 Tie-breaking (deterministic): among records at equal distance, the lowest row index is the

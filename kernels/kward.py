@@ -28,7 +28,7 @@ when that bound reaches the top (a lazy update, as in generic agglomerative clus
 O(n d): cluster centroids and sizes, no distance matrix (the pipeline runs k-Ward per block of
 about 2,500 rows). Time O(n^2 d) for the first nearest partners plus O(n d) per merge and rescan.
 The distances from one centroid to all others go through MDAV's column-by-column distance pass
-(:func:`microagg.kernels.mdav._distances_to`), each the same bits as the pair-by-pair sum (2.5x
+(:func:`microagg.kernels.mdav._distances_to`), each the same bits as the pair-by-pair sum (2.6-2.9x
 faster on blocks of the synthetic extract; BENCHMARKS.md); after a merge, one such pass serves the
 other clusters' partners and the union's own.
 
