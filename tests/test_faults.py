@@ -50,19 +50,22 @@ class Job:
     (one JSON object each: jobs/logs.py)."""
 
     def __init__(self, *args):
-        # A test run in the background of a shell without job control (nohup, `&` in a script)
-        # ignores SIGINT, and a child inherits that: the job then ignores Ctrl-C. It starts with
-        # Python's usual handler, as from a terminal (the handler itself is reset to the default by exec).
-        ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-        if ignored:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        # A test run in the background of a shell without job control (`&` in a script) ignores
+        # SIGINT, and under nohup SIGHUP, and a child inherits that: the job would then ignore Ctrl-C
+        # or its terminal closing, as it must when started so. It starts with the handlers a job
+        # started from a terminal has (a handler itself is reset to the default by exec).
+        ignored = {sig: usual for sig, usual in ((signal.SIGINT, signal.default_int_handler),
+                                                 (signal.SIGHUP, signal.SIG_DFL))
+                   if signal.getsignal(sig) == signal.SIG_IGN}
+        for sig, usual in ignored.items():
+            signal.signal(sig, usual)
         try:
             self.proc = subprocess.Popen([str(BIN / "microagg"), "--log-format", "json", *map(str, args)],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                          start_new_session=True)
         finally:
-            if ignored:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            for sig in ignored:
+                signal.signal(sig, signal.SIG_IGN)
         self.events = []
         self._ended = False
         self._changed = threading.Condition()
