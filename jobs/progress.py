@@ -48,7 +48,7 @@ def task_counts(client):
         states = client.run_on_scheduler(_task_states)
     except Exception:  # progress must never break a job
         return None
-    running = min(states.get("on threads", 0), states.get("processing", 0))
+    running = states.get("on threads", 0)  # at most the processing tasks, by its construction
     return (states.get("memory", 0) + states.get("released", 0) + states.get("forgotten", 0),
             running,
             states.get("processing", 0) - running
