@@ -75,8 +75,10 @@ def finalize(total):
         m = s / n
         var = q / n - m * m
         mean[j] = float(m)
-        # a variance that rounds to 0 in float64 gives std 0, as numpy's would: the column is constant
-        std[j] = _sqrt(var) if float(var) > 0 else 0.0
+        # the root of the exact variance: a spread below about 1e-162 has a variance under float64's
+        # smallest subnormal (numpy's std is 0 there) but a representable std, so such a column is
+        # still grouped on; only a column with no spread at all has std 0 (constant, ignored)
+        std[j] = _sqrt(var) if var > 0 else 0.0
     return mean, std
 
 

@@ -39,6 +39,21 @@ def test_partition_is_deterministic_and_standardized_flag(census):
     assert a.dtype == np.int64 and np.bincount(a).min() >= 4
 
 
+def test_a_qi_whose_variance_is_below_the_smallest_float_is_still_grouped_on(census):
+    """Scaling a column by a power of two changes no z-score; at 2**-560 the census' first column
+    varies by about 1e-165, so its variance (about 1e-330) is below float64's smallest subnormal.
+    Its std is still exact, and the partition is that of the unscaled data (not one ignoring it)."""
+    X = census.to_numpy(dtype=float)
+    tiny = X.copy()
+    tiny[:, 0] *= 2.0 ** -560
+    assert float(np.var(tiny[:, 0])) == 0.0  # numpy's variance underflows
+    _, _, std = microagg.standardize(tiny)
+    assert std[0] == microagg.standardize(X)[2][0] * 2.0 ** -560
+    labels = microagg.partition(tiny, 3)
+    np.testing.assert_array_equal(labels, microagg.partition(X, 3))
+    assert not np.array_equal(labels, microagg.partition(np.delete(X, 0, axis=1), 3))
+
+
 @pytest.mark.parametrize("method", ["pcp", "zscore"])
 def test_projection_methods_give_valid_partitions(census, method):
     X = census.to_numpy(dtype=float)

@@ -745,6 +745,22 @@ def test_dask_api_is_independent_of_partitioning(data):
     assert_k_anonymous(results[0], QI, 3)
 
 
+def test_a_qi_varying_below_1e_160_is_grouped_on_in_a_blocked_release(data):
+    """The statistics pass's std of a column scaled by 2**-560 (variance below float64's smallest
+    subnormal) is exact: the blocked release is that of the unscaled column, scaled."""
+    _, df = data
+    small = df.iloc[:6000]
+    tiny = small.assign(q0=small["q0"] * 2.0 ** -560)
+    with dask.config.set(scheduler="synchronous"):
+        released = [microagg.anonymize(dd.from_pandas(frame, npartitions=3), 3, quasi_identifiers=QI,
+                                       identifiers=["person_id"], block_size=1000).compute()
+                    for frame in (small, tiny)]
+    plain, scaled = (r.reset_index(drop=True) for r in released)
+    np.testing.assert_array_equal(scaled["q0"].to_numpy(), plain["q0"].to_numpy() * 2.0 ** -560)
+    pd.testing.assert_frame_equal(scaled.drop(columns="q0"), plain.drop(columns="q0"))
+    assert_k_anonymous(scaled, QI, 3)
+
+
 @pytest.mark.parametrize("refine", ["none", "local", "ils"])
 def test_one_block_equals_the_in_memory_method(census, refine):
     with dask.config.set(scheduler="synchronous"):

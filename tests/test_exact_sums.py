@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from microagg import kernels
 from microagg.kernels.stats import HUGE
 from microagg.pipeline import stats
 
@@ -72,8 +73,8 @@ def correctly_rounded_sqrt(v):
 
 
 def reference_stats(X):
-    """Correctly rounded mean and population std of each column (all values usable). A variance
-    that rounds to 0 in float64 gives std 0: the pipeline treats such a column as constant."""
+    """Correctly rounded mean and population std of each column (all values usable). Only a column
+    without spread has std 0 (the pipeline treats it as constant), however tiny its variance."""
     n = X.shape[0]
     mean, std = [], []
     for col in X.T:
@@ -81,7 +82,7 @@ def reference_stats(X):
         m = s / n
         var = q / n - m * m
         mean.append(float(m))
-        std.append(correctly_rounded_sqrt(var) if float(var) > 0 else 0.0)
+        std.append(correctly_rounded_sqrt(var) if var > 0 else 0.0)
     return np.array(mean), np.array(std)
 
 
@@ -214,9 +215,14 @@ def test_std_is_rounded_once():
     assert std[0] == correctly_rounded_sqrt(Fraction(226, 25)) == 3.006659275674582
 
 
-def test_variance_below_float64_range_gives_zero_std():
-    mean, std = stats.finalize(stats.chunk(column([2.2250738585e-313, 0.0])))
-    assert std[0] == 0.0 and mean[0] == float(Fraction(2.2250738585e-313) / 2)
+def test_variance_below_float64_range_gives_its_exact_std():
+    """The variance (about 1.2e-626) is far below the smallest subnormal; its root is not: the
+    column is not constant, and its z-scores are -1 and 1."""
+    X = column([2.2250738585e-313, 0.0])
+    mean, std = stats.finalize(stats.chunk(X))
+    assert mean[0] == float(Fraction(2.2250738585e-313) / 2)
+    assert std[0] == correctly_rounded_sqrt(Fraction(2.2250738585e-313) ** 2 / 4) > 0.0
+    np.testing.assert_array_equal(kernels.standardize(X, mean, std)[:, 0], [1.0, -1.0])
 
 
 @THOROUGH

@@ -37,8 +37,8 @@ def finite(bound, **kwargs):
 
 def not_tiny(bound):
     """Bounded floats that are 0 or at least 1e-100 in magnitude: a non-constant column then has a
-    variance well inside float64's normal range (below ~1e-154 a spread underflows to a zero std,
-    in numpy as in the exact statistics, and the column is treated as constant)."""
+    variance well inside float64's normal range (below ~1e-154 a spread underflows to a zero std in
+    numpy, which the tolerances below use; the exact statistics keep it)."""
     return finite(bound).map(lambda v: v if v == 0.0 or abs(v) >= 1e-100 else 0.0)
 
 
