@@ -1112,6 +1112,73 @@ def _refuse_duplicate_fields(fs, files):
                              f"rewrite it with one name per column")
 
 
+class RowShape(NamedTuple):
+    """What a whole row of a CSV input looks like, for :func:`swallowed_rows`: its field separator, its
+    count of fields and how many of them hold numbers at least (its quasi-identifiers)."""
+
+    separator: str
+    fields: int
+    numbers: int
+
+
+def row_shape(path, csv, fields, numbers):
+    """The :class:`RowShape` of the input at ``path`` if it is CSV (``csv``: its dialect), else None."""
+    if resolve_input(path)[0] != "csv":
+        return None
+    return RowShape((csv or {}).get("sep", ","), fields, numbers)
+
+
+def _is_number(text):
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def swallowed_rows(frame, shape, decimal="."):
+    """Rows of a CSV input that a quote left open swallowed into one text value of ``frame`` (a
+    partition): ``(count, column, example)``, ``(0, None, None)`` for none.
+
+    A quote at a field's start opens a quoted field that runs, line breaks included, to the next
+    quote; left open by mistake, the rows up to that quote become part of one value, and the file
+    reads as fewer rows without any error. A value over several lines is legitimate (an address, a
+    note); its inner lines are counted here only if each reads as a whole row of the file
+    (``shape``): exactly its count of fields, and at least as many numbers as it has
+    quasi-identifiers. The first and last lines of the value are parts of the rows the quote opened
+    and closed in, never counted.
+    """
+    import pandas as pd
+
+    count, column, example = 0, None, None
+    for name in frame.columns:
+        values = frame[name]
+        if not (values.dtype == object or pd.api.types.is_string_dtype(values.dtype)):
+            continue
+        broken = values[values.astype("string").str.contains("\n", regex=False).fillna(False).to_numpy(bool)]
+        for value in broken:
+            lines = str(value).split("\n")[1:-1]
+            rows = 0
+            for line in lines:
+                pieces = line.rstrip("\r").split(shape.separator)
+                if len(pieces) == shape.fields and sum(
+                        _is_number(p.strip().replace(decimal, ".")) for p in pieces) >= max(shape.numbers, 1):
+                    rows += 1
+            if rows:
+                count += rows
+                if column is None:
+                    column, example = str(name), str(value)
+    return count, column, example
+
+
+def swallowed_error(count, column, example):
+    """The :class:`InputError` of :func:`swallowed_rows`' finding."""
+    shown = example if len(example) <= 120 else example[:117] + "..."
+    return InputError(f"the CSV input's column {column!r} holds a quoted value over several lines whose lines read "
+                      f"as whole rows of the file: {count:,} row(s) in all are inside quoted values, as if a quote "
+                      f"at the start of a field was left open (the first: {shown!r}); close or remove that quote")
+
+
 def _check_separator(name, header, separator):
     """Refuse a CSV file whose header reads as one column holding another usual separator (a file
     separated by semicolons, read as comma-separated), naming the option that reads it."""

@@ -105,6 +105,50 @@ def test_a_csv_in_another_dialect_names_the_flag_that_reads_it(tmp_path, small):
         assert message in _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,b", flag, value)
 
 
+def _export(n, seed=0):
+    """A warehouse export's lines: an id, a free-text note, two QIs."""
+    rng = np.random.default_rng(seed)
+    return ["id,note,a,b"] + [f"{i},note {i},{rng.normal():.3f},{rng.normal():.3f}" for i in range(n)]
+
+
+def test_rows_swallowed_by_a_quote_left_open_are_refused(tmp_path, monkeypatch):
+    """A note that starts with a quote never closed on its line runs to the next quote: pandas reads
+    the rows between as part of that one value, without an error, and the release had 60 rows of 100.
+    It is refused, naming the column and the count of rows swallowed, on a file read in blocks too."""
+    from microagg.pipeline import io, release
+
+    lines = _export(100)
+    lines[11] = lines[11].replace("note 10", '"note 10')  # rows 11..49 become part of row 10's note
+    lines[51] = lines[51].replace("note 50", 'note 50"')
+    path = tmp_path / "export.csv"
+    path.write_text("\n".join(lines) + "\n")
+    assert len(pd.read_csv(path)) == 60  # what the job released before
+    err = _fails(tmp_path, path, "--k", "3", "--qi", "a,b", "--identifiers", "id")
+    assert "'note'" in err and "39 row(s)" in err and "quote" in err and "note 10," in err
+    monkeypatch.setattr(io, "CSV_BLOCKSIZE", "512B")  # read in pieces: the value's rows are still found
+    with pytest.raises(microagg.InputError, match=r"'note'.* 39 row\(s\)"):
+        release.run(path, tmp_path / "blocks", release.ReleaseOptions(
+            k=3, quasi_identifiers=["a", "b"], identifiers=["id"]), html=False)
+    assert not (tmp_path / "blocks").exists()
+
+
+def test_notes_over_several_lines_are_not_taken_for_swallowed_rows(tmp_path):
+    """Legitimate quoted values over several lines, one of whose lines has as many fields as a row
+    (but not its numbers), are released as pandas reads them."""
+    lines = _export(30)
+    lines[5] = lines[5].replace("note 4", '"called, no answer, twice\ncalled, no answer, twice\nagain"')
+    lines[9] = lines[9].replace("note 8", '"1, 2\n3,\n4"')
+    path = tmp_path / "export.csv"
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "release"
+    proc = microagg_cli("anonymize", path, out, "--k", "3", "--qi", "a,b", "--identifiers", "id",
+                        "--scheduler", "synchronous", "--no-html")
+    assert proc.returncode == 0, proc.stderr
+    released = pd.read_parquet(out)
+    assert len(released) == 30
+    assert released["note"][4] == "called, no answer, twice\ncalled, no answer, twice\nagain"
+
+
 def test_tab_separated_files_read_without_a_flag(tmp_path, small):
     """``*.tsv`` files (plain or compressed, one or a directory of them) are tab-separated unless
     --csv-separator says otherwise: the release is that of the same rows comma-separated (a ``.tsv``
