@@ -228,6 +228,14 @@ class _CSVFiles(NamedTuple):
         return None if "none" in found else next(iter(found))
 
 
+def _with_tabs(dialect, paths):
+    """``dialect`` with a tab for the separator if it names none and every file of ``paths`` is named
+    ``*.tsv`` (or ``*.tab``, compressed or not)."""
+    if "sep" not in dialect and paths and all(p.lower().endswith(_TSV_SUFFIXES) for p in paths):
+        return {**dialect, "sep": "\t"}
+    return dialect
+
+
 def _csv_files(urlpath, dialect):
     """``(files, dialect)``: the files of a CSV input (:class:`_CSVFiles`; their headers and first rows
     read in parallel) in ``dialect`` (:func:`csv_dialect`), which takes a tab for the separator if it
@@ -240,8 +248,7 @@ def _csv_files(urlpath, dialect):
     # a long text), which pandas reads: the limit is raised for the whole process (it only guards memory)
     csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
     fs, _, paths = fsspec.get_fs_token_paths(urlpath)
-    if "sep" not in dialect and paths and all(p.lower().endswith(_TSV_SUFFIXES) for p in paths):
-        dialect = {**dialect, "sep": "\t"}
+    dialect = _with_tabs(dialect, paths)
     if len(dialect.get("sep", ",").encode()) > 1:  # pandas' C reader takes one byte (it warned, then took this)
         dialect = {**dialect, "engine": "python"}
     encoding = dialect.get("encoding", "utf-8")
@@ -1123,9 +1130,10 @@ class RowShape(NamedTuple):
 
 def row_shape(path, csv, fields, numbers):
     """The :class:`RowShape` of the input at ``path`` if it is CSV (``csv``: its dialect), else None."""
-    if resolve_input(path)[0] != "csv":
+    fmt, urlpath = resolve_input(path)
+    if fmt != "csv":
         return None
-    return RowShape((csv or {}).get("sep", ","), fields, numbers)
+    return RowShape(_with_tabs(csv or {}, fsspec.get_fs_token_paths(urlpath)[2]).get("sep", ","), fields, numbers)
 
 
 def _is_number(text):

@@ -111,20 +111,22 @@ def _export(n, seed=0):
     return ["id,note,a,b"] + [f"{i},note {i},{rng.normal():.3f},{rng.normal():.3f}" for i in range(n)]
 
 
-def test_rows_swallowed_by_a_quote_left_open_are_refused(tmp_path, monkeypatch):
+@pytest.mark.parametrize("suffix", ["csv", "tsv"])
+def test_rows_swallowed_by_a_quote_left_open_are_refused(tmp_path, monkeypatch, suffix):
     """A note that starts with a quote never closed on its line runs to the next quote: pandas reads
     the rows between as part of that one value, without an error, and the release had 60 rows of 100.
-    It is refused, naming the column and the count of rows swallowed, on a file read in blocks too."""
+    It is refused, naming the column and the count of rows swallowed, on a file read in blocks too
+    (and on a tab-separated one, whose separator comes from its name)."""
     from microagg.pipeline import io, release
 
     lines = _export(100)
     lines[11] = lines[11].replace("note 10", '"note 10')  # rows 11..49 become part of row 10's note
     lines[51] = lines[51].replace("note 50", 'note 50"')
-    path = tmp_path / "export.csv"
-    path.write_text("\n".join(lines) + "\n")
-    assert len(pd.read_csv(path)) == 60  # what the job released before
+    path = tmp_path / f"export.{suffix}"
+    path.write_text("\n".join(line.replace(",", "\t" if suffix == "tsv" else ",") for line in lines) + "\n")
+    assert len(pd.read_csv(path, sep="\t" if suffix == "tsv" else ",")) == 60  # what the job released before
     err = _fails(tmp_path, path, "--k", "3", "--qi", "a,b", "--identifiers", "id")
-    assert "'note'" in err and "39 row(s)" in err and "quote" in err and "note 10," in err
+    assert "'note'" in err and "39 row(s)" in err and "quote" in err and "note 10" in err
     monkeypatch.setattr(io, "CSV_BLOCKSIZE", "512B")  # read in pieces: the value's rows are still found
     with pytest.raises(microagg.InputError, match=r"'note'.* 39 row\(s\)"):
         release.run(path, tmp_path / "blocks", release.ReleaseOptions(
