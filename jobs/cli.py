@@ -35,6 +35,10 @@ def _add_anonymize(sub):
     p.add_argument("output", metavar="OUTPUT", help="the Parquet dataset directory to write")
     p.add_argument("--k", type=int, required=True, help="minimum group size (k-anonymity), >= 2")
     add_csv_arguments(p)
+    p.add_argument("--allow-rows-in-quotes", action="store_true",
+                   help="a CSV input: release quoted values over several lines even if their lines read as whole "
+                        "rows of the file (refused by default: the sign of a quote left open, which hides the "
+                        "rows up to the next quote)")
     p.add_argument("--method", default="mdav",
                    help="microaggregation method (see `microagg methods`); default mdav. pcp, zscore and "
                         "univariate are sequence methods: one global ordering, then the exact optimal (or, "
@@ -211,7 +215,7 @@ def _anonymize(args):
         extra = (lambda: {"workers": worker_memory(client)}) if client is not None else None
         with reporting(client, args.quiet):
             report = run(args.input, args.output, options, args.report, key, extra, html=args.html,
-                         evaluation=evaluation, csv=csv)
+                         evaluation=evaluation, csv=csv, rows_in_quotes=args.allow_rows_in_quotes)
     if report["method"] == "mic1d":
         _say(args, f"release: {report['output']} ({report['rows']} rows, {report['values']} values in "
                    f"{report['groups']} runs of {report['min_group_size']}..{report['max_group_size']} values, "

@@ -13,6 +13,7 @@ Sections and keys (``*``: required)::
     [input]
     path*            CSV / Parquet file, Parquet directory or glob, fsspec URL, or example:NAME
     separator, decimal, encoding   a CSV input's dialect (default ",", ".", "utf-8"; "\\t" for a tab)
+    allow_rows_in_quotes   true: release a CSV input's quoted values whose lines read as whole rows
 
     [output]
     path*            the release directory (a local path); templates allowed
@@ -285,7 +286,7 @@ class Key:
 
 SCHEMA = {
     "input": {"path": Key(_string, required=True, path=True), "separator": Key(_string), "decimal": Key(_string),
-              "encoding": Key(_string)},
+              "encoding": Key(_string), "allow_rows_in_quotes": Key(_boolean)},
     "output": {
         "path": Key(_string, required=True, path=True),
         "rows_per_file": Key(_integer(1)),
@@ -379,6 +380,7 @@ class Job:
     html: str | None           # HTML report path, or None
     evaluation: str | None     # evaluation report path (when evaluating)
     evaluate: dict | None      # {"known", "id_percent", "block_rows", "dld_records"} when evaluating after the release
+    rows_in_quotes: bool = False  # [input] allow_rows_in_quotes (pipeline.release.run)
 
 
 # --- parsing ------------------------------------------------------------------------------------------
@@ -576,6 +578,7 @@ def load(path, date=None):
         evaluate={"known": get("evaluate", "known", ()), "id_percent": get("evaluate", "id_percent"),
                   "block_rows": get("evaluate", "block_rows"),
                   "dld_records": get("evaluate", "dld_records", RELEASE_DLD_RECORDS)} if evaluating else None,
+        rows_in_quotes=get("input", "allow_rows_in_quotes", False),
     )
     errors = _check_combinations(job, values)
     if errors:

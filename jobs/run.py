@@ -151,7 +151,8 @@ def run(args):
                 else (lambda: {"job": _job_fields(job)})
             with _stage("anonymize"):
                 report = release.run(job.input, job.output, job.options, job.report, key, extra,
-                                     html=job.html is not None, csv=job.csv)
+                                     html=job.html is not None, csv=job.csv,
+                                     rows_in_quotes=job.rows_in_quotes)
             if job.evaluate is not None:
                 with _stage("evaluate"):
                     evaluation = _evaluate(job, report)

@@ -1184,7 +1184,9 @@ def swallowed_error(count, column, example):
     shown = example if len(example) <= 120 else example[:117] + "..."
     return InputError(f"the CSV input's column {column!r} holds a quoted value over several lines whose lines read "
                       f"as whole rows of the file: {count:,} row(s) in all are inside quoted values, as if a quote "
-                      f"at the start of a field was left open (the first: {shown!r}); close or remove that quote")
+                      f"at the start of a field was left open (the first: {shown!r}); close or remove that quote "
+                      f"(or, if such values are meant, give --allow-rows-in-quotes; [input] allow_rows_in_quotes = "
+                      f"true in a job file)")
 
 
 def _check_separator(name, header, separator):

@@ -1429,7 +1429,7 @@ EVALUATION_KEYS = ("information_loss", "disclosure_risk", "score", "anonymity", 
 
 
 def run(input_path, output, options, report_path=None, identifier_key=None, report_extra=None, html=True,
-        evaluation=None, csv=None):
+        evaluation=None, csv=None, rows_in_quotes=False):
     """Read, anonymize, check and atomically write a release; returns the report (a dict).
 
     ``report_extra``, if given, is called after the write and its dict merged into the report.
@@ -1440,6 +1440,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     ``id_percent``, ``block_rows``...) to evaluate the written release against the input before the
     commit (disclosure risk: DLD, ID, k'; the report's ``evaluation``; the page shows its measures).
     ``csv``: a CSV input's dialect (:func:`pipeline.io.csv_dialect`), kept in the report.
+    ``rows_in_quotes``: do not refuse a CSV input's quoted values whose lines read as whole rows
+    (:func:`pipeline.io.swallowed_rows`); kept in the report if set.
     """
     timings = Timings()
     text = tuple(options.identifiers)  # dropped or hashed: a CSV input's as written (io.read_input)
@@ -1464,7 +1466,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         _workers_see(tmp)  # the release's temporary directory, which the workers write into
         keep = _fits_in_memory(input_path)
         started = time.perf_counter()
-        shape = io.row_shape(input_path, csv, len(ddf.columns), len(columns[0]))
+        shape = None if rows_in_quotes else io.row_shape(input_path, csv, len(ddf.columns), len(columns[0]))
         rows = None if shape is None else (shape, (csv or {}).get("decimal", "."))
         try:
             released, report = build_release(ddf, options, timings, identifier_key, columns, keep, rows)
@@ -1483,6 +1485,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         report.update(input=str(input_path), output=str(output))
         if csv:
             report["csv"] = csv
+        if rows_in_quotes:
+            report["rows_in_quotes_allowed"] = True
         # the page's data figures are drawn now (only the timings' come later)
         figures = _draw_figures(report, timings) if page is not None else None
         with timings.stage("write"):

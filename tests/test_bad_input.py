@@ -1,6 +1,7 @@
 """Bad input: a clear one-paragraph error naming the column and the count, a non-zero exit, nothing written."""
 
 import importlib.util
+import json
 import os
 
 import numpy as np
@@ -132,6 +133,13 @@ def test_rows_swallowed_by_a_quote_left_open_are_refused(tmp_path, monkeypatch, 
         release.run(path, tmp_path / "blocks", release.ReleaseOptions(
             k=3, quasi_identifiers=["a", "b"], identifiers=["id"]), html=False)
     assert not (tmp_path / "blocks").exists()
+    # meant as they are: released as pandas reads the file, and the report says the check was off
+    out = tmp_path / "allowed"
+    proc = microagg_cli("anonymize", path, out, "--k", "3", "--qi", "a,b", "--identifiers", "id",
+                        "--allow-rows-in-quotes", "--scheduler", "synchronous", "--no-html")
+    assert proc.returncode == 0, proc.stderr
+    assert len(pd.read_parquet(out)) == 60
+    assert json.loads((out / "_report.json").read_text())["rows_in_quotes_allowed"] is True
 
 
 def test_notes_over_several_lines_are_not_taken_for_swallowed_rows(tmp_path):

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -226,6 +227,25 @@ def test_a_csv_input_in_another_dialect(workspace, capsys):
     assert report["csv"] == {"sep": ";", "decimal": ",", "encoding": "latin-1"}
 
 
+def test_quoted_values_that_read_as_rows_are_refused_unless_the_job_allows_them(tmp_path, capsys):
+    """A note whose quote is left open hides the rows up to the next quote: the job exits 2 with the
+    column and the count; ``[input] allow_rows_in_quotes = true`` releases the file as pandas reads it."""
+    rng = np.random.default_rng(1)
+    lines = ["id,note,a,b"] + [f"{i},note {i},{rng.normal():.3f},{rng.normal():.3f}" for i in range(40)]
+    lines[5] = lines[5].replace("note 4", '"note 4')  # rows 5..19 inside row 4's note
+    lines[21] = lines[21].replace("note 20", 'note 20"')
+    (tmp_path / "export.csv").write_text("\n".join(lines) + "\n")
+    job = ('[input]\npath = "export.csv"\n{allow}[output]\npath = "out/{{job}}"\n[anonymize]\nk = 3\n'
+           'quasi_identifiers = ["a", "b"]\nidentifiers = ["id"]\n[cluster]\nscheduler = "synchronous"\n')
+    code, _, err = _main(capsys, "run", _write(tmp_path, "refused.toml", job.format(allow="")))
+    assert code == 2 and "'note'" in err and "15 row(s)" in err and "allow_rows_in_quotes" in err, err
+    assert not (tmp_path / "out" / "refused").exists()
+    allowed = job.format(allow="allow_rows_in_quotes = true\n")
+    code, _, err = _main(capsys, "run", _write(tmp_path, "allowed.toml", allowed))
+    assert code == 0, err
+    assert len(pd.read_parquet(tmp_path / "out" / "allowed")) == 24
+
+
 def test_default_date_is_today_in_utc(workspace):
     jobs, _ = workspace
     before = datetime.now(timezone.utc).date().isoformat()
@@ -360,6 +380,8 @@ BAD = [
      "[input] the CSV decimal mark must be one character other than the separator"),
     ("[input]\npath = 'x'\nencoding = 'latin-9000'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n",
      "[input] unknown CSV encoding 'latin-9000'"),
+    ("[input]\npath = 'x'\nallow_rows_in_quotes = 'yes'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n",
+     "[input] allow_rows_in_quotes: must be true or false"),
     ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[cluster]\nworker_timeout = 0\n",
      '[cluster] worker_timeout: must be a number of seconds > 0'),
     ("k = 5\n", 'top-level key "k": keys belong in a section ([anonymize] k)'),
