@@ -1167,7 +1167,7 @@ def _enough_partitions(ddf):
     return ddf
 
 
-def build_release(ddf, options, timings=None, identifier_key=None, columns=None, keep_input=True, csv=None):
+def build_release(ddf, options, timings=None, identifier_key=None, columns=None, keep_input=True, row_check=None):
     """All stages but the write: ``(released, report)``.
 
     ``released`` is a lazy Dask DataFrame of the input rows in input order (QIs replaced by group
@@ -1175,7 +1175,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
     ``identifier_key``), already checked by the gate; ``report`` describes it. ``columns`` is
     ``plan(ddf, options)`` when the caller has already validated. ``keep_input``: on a cluster, keep
     the input in memory for every pass (read once); False re-reads it in each pass (for an input
-    larger than the workers' memory). ``csv``: ``(RowShape, decimal mark)`` of a CSV input
+    larger than the workers' memory). ``row_check``: ``(RowShape, decimal mark)`` of a CSV input
     (:func:`pipeline.io.row_shape`), whose rows swallowed by a quote left open are refused.
     """
     from .. import __version__
@@ -1199,7 +1199,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         # (Local schedulers re-read: persisting a Parquet read there loses partitions in dask 2026.8.)
         source = persisted(ddf)[0] if _client() is not None and keep_input else ddf
         n_rows, mean, std, lengths, covariance, evidence, missing, lo, hi, complete = column_statistics(
-            source, qi, options.weights, options.strata, options.missing, *(csv or ()))
+            source, qi, options.weights, options.strata, options.missing, *(row_check or ()))
         edges = report_page.histogram_edges(lo, hi)  # the report's histograms: the original's range
         # Mic1D-k's k counts values (each block's rows x columns), every other method's rows
         width = min(len(b) for b in options.attribute_blocks or [qi]) if mic1d.is_mic1d(options.method) else 1
@@ -1467,9 +1467,9 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         keep = _fits_in_memory(input_path)
         started = time.perf_counter()
         shape = None if rows_in_quotes else io.row_shape(input_path, csv, len(ddf.columns), len(columns[0]))
-        rows = None if shape is None else (shape, (csv or {}).get("decimal", "."))
+        row_check = None if shape is None else (shape, (csv or {}).get("decimal", "."))
         try:
-            released, report = build_release(ddf, options, timings, identifier_key, columns, keep, rows)
+            released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
             dtypes = None
         except CSVTypeChange:  # in the statistics pass, the first over every row
             with timings.stage("csv types"):
@@ -1477,7 +1477,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
                            **({options.weights: "weights"} if options.weights else {})}
                 ddf, dtypes = io.read_retyped(input_path, numbers, csv=csv, text=text)
             timings.seconds["csv types"] = round(time.perf_counter() - started, 4)  # the failed pass's time too
-            released, report = build_release(ddf, options, timings, identifier_key, columns, keep, rows)
+            released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
             report["input_types_widened"] = dtypes
         except CSVParseError as exc:  # a malformed row: name its file and line
             raise io.locate_parse_error(input_path, exc, csv=csv) from exc
