@@ -1120,10 +1120,11 @@ def _refuse_duplicate_fields(fs, files):
 
 
 class RowShape(NamedTuple):
-    """What a whole row of a CSV input looks like, for :func:`swallowed_rows`: its field separator, its
-    count of fields and how many of them hold numbers at least (its quasi-identifiers)."""
+    """What a whole row of a CSV input looks like, for :func:`swallowed_rows`: its field separator and
+    decimal mark, its count of fields and how many of them hold numbers at least (its QIs)."""
 
     separator: str
+    decimal: str
     fields: int
     numbers: int
 
@@ -1133,7 +1134,8 @@ def row_shape(path, csv, fields, numbers):
     fmt, urlpath = resolve_input(path)
     if fmt != "csv":
         return None
-    return RowShape(_with_tabs(csv or {}, fsspec.get_fs_token_paths(urlpath)[2]).get("sep", ","), fields, numbers)
+    dialect = _with_tabs(csv or {}, fsspec.get_fs_token_paths(urlpath)[2])
+    return RowShape(dialect.get("sep", ","), dialect.get("decimal", "."), fields, numbers)
 
 
 def _is_number(text):
@@ -1144,7 +1146,7 @@ def _is_number(text):
     return True
 
 
-def swallowed_rows(frame, shape, decimal="."):
+def swallowed_rows(frame, shape):
     """Rows of a CSV input that a quote left open swallowed into one text value of ``frame`` (a
     partition): ``(count, column, example)``, ``(0, None, None)`` for none.
 
@@ -1170,7 +1172,7 @@ def swallowed_rows(frame, shape, decimal="."):
             for line in lines:
                 pieces = line.rstrip("\r").split(shape.separator)
                 if len(pieces) == shape.fields and sum(
-                        _is_number(p.strip().replace(decimal, ".")) for p in pieces) >= max(shape.numbers, 1):
+                        _is_number(p.strip().replace(shape.decimal, ".")) for p in pieces) >= max(shape.numbers, 1):
                     rows += 1
             if rows:
                 count += rows

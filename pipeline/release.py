@@ -185,7 +185,7 @@ def plan(ddf, options):
 
 # --- stage 2: statistics ---------------------------------------------------------------------------
 
-def _partition_sums(part, qi, weights=None, strata=(), shape=None, decimal="."):
+def _partition_sums(part, qi, weights=None, strata=(), shape=None):
     try:
         X = np.ascontiguousarray(part[qi].to_numpy(dtype=np.float64))
     except (TypeError, ValueError) as exc:
@@ -202,7 +202,7 @@ def _partition_sums(part, qi, weights=None, strata=(), shape=None, decimal="."):
     empty = int(np.isnan(X).all(axis=1).sum()) if X.shape[1] and sums.nans.any() else 0  # rows with no observed QI
     # the complete rows' centred cross-products (the reported covariance, the report's correlations)
     # and each column's observed extremes (the report's histogram edges, found by the exact sums)
-    swallowed = io.swallowed_rows(part, shape, decimal) if shape is not None else (0, None, None)
+    swallowed = io.swallowed_rows(part, shape) if shape is not None else (0, None, None)
     return sums, *_comoments(F), bad, evidence, empty, sums.lo, sums.hi, swallowed
 
 
@@ -231,7 +231,7 @@ def _merge_comoments(parts):
     return n, mean, C
 
 
-def column_statistics(ddf, qi, weights=None, strata=(), missing="error", shape=None, decimal="."):
+def column_statistics(ddf, qi, weights=None, strata=(), missing="error", shape=None):
     """One pass: exact sums (mean, std), non-finite checks (and of the ``weights`` column), partition
     lengths, the covariance and, with ``strata`` columns, the rows and QI sums of every stratum.
 
@@ -239,10 +239,10 @@ def column_statistics(ddf, qi, weights=None, strata=(), missing="error", shape=N
     minimum, maximum, complete rows)``; the covariance (population, of the raw QIs, over the complete
     rows) and each column's minimum and maximum (of its observed values: the edges of the report's
     histograms) are reported, never used to decide anything, so the covariance's last bits may
-    depend on the partitioning. ``shape``: a CSV input's :class:`pipeline.io.RowShape` (``decimal``: its
-    decimal mark), to refuse rows swallowed by a quote left open (:func:`pipeline.io.swallowed_rows`).
+    depend on the partitioning. ``shape``: a CSV input's :class:`pipeline.io.RowShape`, to refuse rows
+    swallowed by a quote left open (:func:`pipeline.io.swallowed_rows`).
     """
-    parts = io.compute_reading(*[dask.delayed(_partition_sums)(p, qi, weights, tuple(strata), shape, decimal)
+    parts = io.compute_reading(*[dask.delayed(_partition_sums)(p, qi, weights, tuple(strata), shape)
                                  for p in ddf.to_delayed()])
     swallowed = [p[9] for p in parts if p[9][0]]
     if swallowed:
@@ -1175,7 +1175,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
     ``identifier_key``), already checked by the gate; ``report`` describes it. ``columns`` is
     ``plan(ddf, options)`` when the caller has already validated. ``keep_input``: on a cluster, keep
     the input in memory for every pass (read once); False re-reads it in each pass (for an input
-    larger than the workers' memory). ``row_check``: ``(RowShape, decimal mark)`` of a CSV input
+    larger than the workers' memory). ``row_check``: the :class:`pipeline.io.RowShape` of a CSV input
     (:func:`pipeline.io.row_shape`), whose rows swallowed by a quote left open are refused.
     """
     from .. import __version__
@@ -1199,7 +1199,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         # (Local schedulers re-read: persisting a Parquet read there loses partitions in dask 2026.8.)
         source = persisted(ddf)[0] if _client() is not None and keep_input else ddf
         n_rows, mean, std, lengths, covariance, evidence, missing, lo, hi, complete = column_statistics(
-            source, qi, options.weights, options.strata, options.missing, *(row_check or ()))
+            source, qi, options.weights, options.strata, options.missing, row_check)
         edges = report_page.histogram_edges(lo, hi)  # the report's histograms: the original's range
         # Mic1D-k's k counts values (each block's rows x columns), every other method's rows
         width = min(len(b) for b in options.attribute_blocks or [qi]) if mic1d.is_mic1d(options.method) else 1
@@ -1466,8 +1466,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         _workers_see(tmp)  # the release's temporary directory, which the workers write into
         keep = _fits_in_memory(input_path)
         started = time.perf_counter()
-        shape = None if rows_in_quotes else io.row_shape(input_path, csv, len(ddf.columns), len(columns[0]))
-        row_check = None if shape is None else (shape, (csv or {}).get("decimal", "."))
+        row_check = None if rows_in_quotes else io.row_shape(input_path, csv, len(ddf.columns), len(columns[0]))
         try:
             released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
             dtypes = None
