@@ -82,6 +82,7 @@ from ._jit import jit
 from .groups import attach_leftovers
 from .mdav import _compact, _distances_to, _farthest, _grow, _group_around_farthest_from, _take_group
 from .select import keep_smallest
+from .ties import copy_classes
 
 
 @jit
@@ -164,7 +165,7 @@ def tfrp(Z, k, nc):
 
 
 @jit
-def _farthest_pair(Y, alive, m, total, n_alive, rad, order, Z, ids):
+def _farthest_pair(Y, alive, m, total, n_alive, rad, order, Z, ids, cls, seen, finite):
     """Storage positions ``(r, s)``, ``r < s``, of the two alive records farthest from each other.
 
     Records are examined in decreasing distance from the centroid c: a record x_t is paired only with
@@ -173,11 +174,22 @@ def _farthest_pair(Y, alive, m, total, n_alive, rad, order, Z, ids):
     distance found, with a relative slack for rounding; the scan stops at the first record whose bound
     with the next one does not. Pairs so skipped are strictly shorter than the farthest pair (ties
     included), so the result is the exhaustive search's.
+
+    If every record and the centroid are finite (``finite``: the records; so every distance is a
+    number or infinite), only the first copy of each class of identical records (``cls``, by row:
+    :func:`.ties.copy_classes`) is examined; ``seen`` (per class) is scratch. Copies are at the same
+    distance from c, so the sort (stable) puts them in storage order, and a later copy's pairs are
+    the first copy's at the same distances, which lose the tie to it. If then
+    no pair is found farther than 0, all the alive records are at distance 0 from each other, and the
+    exhaustive search's pair is the two lowest storage positions. Without this, the records left after
+    a zero-inflated input's other records are grouped (thousands of copies) cost a scan of every pair
+    for each group: 7.4 s for 5,000 rows with 90 % zeros.
     """
     d = Y.shape[0]
     c = np.empty(d)
     for j in range(d):
         c[j] = total[j] / n_alive
+    finite = finite and np.isfinite(c).all()
     _distances_to(Y, m, c, rad)
     cnt = 0
     for i in range(m):
@@ -188,6 +200,15 @@ def _farthest_pair(Y, alive, m, total, n_alive, rad, order, Z, ids):
     for t in range(cnt):
         keys[t] = -rad[order[t]]
     cand = order[:cnt][np.argsort(keys, kind="mergesort")]
+    if finite:  # else a distance may be NaN, and copies out of storage order in this sort
+        first = 0
+        for t in range(cnt):  # the first copy of each class in the order
+            c_t = cls[ids[cand[t]]]
+            if seen[c_t] != n_alive:  # n_alive falls at every call: a fresh stamp
+                seen[c_t] = n_alive
+                cand[first] = cand[t]
+                first += 1
+        cnt = first
     root = np.empty(cnt)
     for t in range(cnt):
         root[t] = np.sqrt(rad[cand[t]])
@@ -216,6 +237,14 @@ def _farthest_pair(Y, alive, m, total, n_alive, rad, order, Z, ids):
                 best = dd
                 bi = a
                 bj = b
+    if finite and best <= 0.0:
+        bi = -1
+        for i in range(m):
+            if alive[i]:
+                if bi < 0:
+                    bi = i
+                else:
+                    return bi, i
     return bi, bj
 
 
@@ -228,6 +257,9 @@ def md(Z, k):
         labels[:] = 0
         return labels
     Y, total = _column_major(Z)
+    cls, first, _ = copy_classes(Z)
+    seen = np.zeros(len(first), dtype=np.int64)
+    finite = np.isfinite(Z).all()
     ids = np.arange(n)
     alive = np.ones(n, dtype=np.bool_)
     dist = np.empty(n)
@@ -240,7 +272,7 @@ def md(Z, k):
     n_alive = n
     group = 0
     while n_alive >= 2 * k:
-        r, s = _farthest_pair(Y, alive, m, total, n_alive, rad, order, Z, ids)
+        r, s = _farthest_pair(Y, alive, m, total, n_alive, rad, order, Z, ids, cls, seen, finite)
         _distances_to(Y, m, Y[:, r].copy(), dist)
         _grow(Y, alive, m, r, dist, members, False, work, running)
         _take_group(members, alive, ids, Z, labels, total, group)
@@ -284,8 +316,56 @@ def _candidate(Y, ids, alive, m, Z, pos, x, k, dist, best_d, best_i, cand, csum)
 
 
 @jit
-def gsms(Z, k):
-    """GSMS labels (NN candidates). Groups of k..2k-1, numbered in order of selection."""
+def _shared_candidate(Y, ids, alive, row_alive, m, Z, x, k, shared, lists, listed, dist, list_d, list_i, cand,
+                      csum):
+    """:func:`_candidate` for a record ``x`` with copies: its k-1 nearest alive rows taken in order from
+    the list of its class (``lists[shared]``, rows, ``listed[shared]`` of them), skipping ``x``; the
+    list is scanned again, from the copies' common point, once fewer than k-1 of it are alive.
+
+    The list holds the class's nearest alive rows when it was scanned, sorted by distance and then row
+    (the copies themselves first), one more than it needs for any copy; rows only die, so its alive
+    entries but ``x`` are, in order, the nearest alive rows of ``x`` now: the same candidate, bit for
+    bit, as a scan from ``x``."""
+    d = Y.shape[0]
+    for attempt in range(2):
+        got = 0
+        for t in range(listed[shared]):
+            row = lists[shared, t]
+            if row_alive[row] and row != x:
+                cand[x, got + 1] = row
+                got += 1
+                if got == k - 1:
+                    break
+        if got == k - 1:
+            break
+        p = np.empty(d)
+        for j in range(d):
+            p[j] = Z[x, j]
+        _distances_to(Y, m, p, dist)
+        filled = 0
+        for i in range(m):
+            if alive[i]:
+                filled = keep_smallest(list_d, list_i, filled, dist[i], i)
+        for t in range(filled):
+            lists[shared, t] = ids[list_i[t]]
+        listed[shared] = filled
+    cand[x, 0] = x
+    for j in range(d):
+        csum[x, j] = 0.0
+    for t in range(k):
+        row = cand[x, t]
+        for j in range(d):
+            csum[x, j] += Z[row, j]
+
+
+@jit
+def gsms(Z, k, reserve=4):
+    """GSMS labels (NN candidates). Groups of k..2k-1, numbered in order of selection.
+
+    Identical records (:func:`.ties.copy_classes`; finite ones) take their candidates from one list
+    per class of ``reserve * (k - 1) + 1`` rows (:func:`_shared_candidate`) instead of a scan each:
+    the same candidates, and the copies of a zero-inflated input no longer scan every record each
+    time a group takes some of them (11 s for 5,000 rows with 90 % zeros)."""
     n, d = Z.shape
     labels = np.full(n, -1, dtype=np.int64)
     if n < 2 * k:
@@ -302,6 +382,19 @@ def gsms(Z, k):
     cand = np.empty((n, k), dtype=np.int64)
     csum = np.empty((n, d))
     stale = np.ones(n, dtype=np.bool_)
+    cls, first, size = copy_classes(Z)
+    shared = np.full(len(first), -1, dtype=np.int64)  # each class of copies' list
+    n_shared = 0
+    if np.isfinite(Z).all():  # a NaN distance does not order: every record scans for itself
+        for c_ in range(len(first)):
+            if size[c_] > 1:
+                shared[c_] = n_shared
+                n_shared += 1
+    width = min(n, reserve * (k - 1) + 1)
+    lists = np.empty((n_shared, width), dtype=np.int64)
+    listed = np.zeros(n_shared, dtype=np.int64)
+    list_d = np.empty(width)
+    list_i = np.empty(width, dtype=np.int64)
     c = np.empty(d)
     m = n
     n_alive = n
@@ -309,7 +402,11 @@ def gsms(Z, k):
     while n_alive >= 2 * k:
         for x in range(n):
             if row_alive[x] and stale[x]:
-                _candidate(Y, ids, alive, m, Z, pos, x, k, dist, best_d, best_i, cand, csum)
+                if shared[cls[x]] >= 0:
+                    _shared_candidate(Y, ids, alive, row_alive, m, Z, x, k, shared[cls[x]], lists, listed, dist,
+                                      list_d, list_i, cand, csum)
+                else:
+                    _candidate(Y, ids, alive, m, Z, pos, x, k, dist, best_d, best_i, cand, csum)
                 stale[x] = False
         for j in range(d):
             c[j] = total[j] / n_alive

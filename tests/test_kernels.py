@@ -18,7 +18,7 @@ from hypothesis.extra import numpy as hnp
 import microagg
 import naive
 from microagg import kernels
-from microagg.kernels import eigen, groups, windows
+from microagg.kernels import eigen, groups, ties, windows
 from microagg.kernels.refine import LIST_SLACK, _first_neighbours, _neighbour_lists, _update_lists
 from microagg.kernels.select import keep_smallest, offer_in_order
 from microagg.pipeline import stats
@@ -629,3 +629,31 @@ def test_tuple_sample_rate_follows_the_threshold():
     for fraction in (0.05, 0.5):
         rate = (kernels.row_hashes(X, 7) < np.uint64(int(fraction * 2.0**64))).mean()
         assert abs(rate - fraction) < 4 * np.sqrt(fraction * (1 - fraction) / len(X))
+
+
+@FAST
+@given(X=hnp.arrays(np.float64, st.tuples(st.integers(0, 60), st.integers(0, 3)),
+                    elements=st.sampled_from([0.0, -0.0, 1.0, 2.5, np.nan, np.inf])))
+def test_copy_classes_are_the_identical_finite_rows(X):
+    """Two rows share a class exactly when they are equal and finite (-0.0 equals 0.0); classes are
+    numbered by their lowest row, which ``first`` gives, and ``size`` counts their rows."""
+    cls, first, size = ties.copy_classes(np.ascontiguousarray(X))
+    finite = np.isfinite(X).all(axis=1)
+    same = (X[:, None, :] == X[None, :, :]).all(axis=2) & finite[:, None] & finite[None, :]
+    np.fill_diagonal(same, True)
+    np.testing.assert_array_equal(cls[:, None] == cls[None, :], same)
+    np.testing.assert_array_equal(first, [np.flatnonzero(cls == c)[0] for c in range(len(first))])
+    np.testing.assert_array_equal(size, np.bincount(cls, minlength=len(first)))
+    assert (np.diff(first) > 0).all()
+
+
+def test_copy_classes_split_a_run_of_many_distinct_rows_only_into_identical_rows():
+    """Rows whose projections are all equal but which are all distinct (x, -x scaled by the weights'
+    ratio): past RUN_CLASSES of them a row is a class of its own; a class still never mixes rows."""
+    ratio = 1.0 + (1 * 0.6180339887498949) % 1.0
+    a = np.arange(1.0, 101.0)
+    X = np.repeat(np.column_stack([a * ratio, -a]), 2, axis=0)  # every projection 0, each row twice
+    cls, first, size = ties.copy_classes(np.ascontiguousarray(X))
+    for c in range(len(first)):
+        assert (X[cls == c] == X[first[c]]).all()
+    assert size.max() == 2 and len(first) > 100

@@ -291,6 +291,39 @@ def test_dba_kernels_match_reference(data):
     np.testing.assert_array_equal(run_method(METHODS["dba"], Z, k), dba2(Z, labels1, k))
 
 
+@st.composite
+def tied_matrix_and_k(draw):
+    """``(X, k)``: whole numbers 0..3 (copies of rows everywhere) and k = 2 or 4, so that every mean,
+    squared distance and SSE DBA-1 computes is exact: its labels must be the reference's, ties
+    included."""
+    k = draw(st.sampled_from([2, 4]))
+    n = draw(st.integers(k, 40))
+    d = draw(st.integers(1, 3))
+    return c64(draw(hnp.arrays(np.float64, (n, d), elements=st.integers(0, 3).map(float)))), k
+
+
+@FAST
+@given(data=tied_matrix_and_k())
+def test_dba1_matches_reference_on_copies_of_rows(data):
+    """DBA-1 shares one candidate list among the copies of a row (kernels/ties.py): the groups are
+    still those of the literal algorithm, every tie going to the lowest row."""
+    Z, k = data
+    first, _ = naive_dba(Z, k)
+    np.testing.assert_array_equal(canonical(dba1(Z, k)), canonical(first))
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_dba1_on_a_zero_inflated_input_matches_reference(k):
+    """300 rows, 90 % of them copies of the all-zero record, the rest continuous: the zeros' shared
+    list is scanned again and again as they are grouped, and the groups are the literal algorithm's."""
+    rng = np.random.default_rng(k)
+    X = rng.lognormal(size=(300, 4))
+    X[rng.random(300) < 0.9] = 0.0
+    Z = c64(microagg.standardize(X)[0])
+    first, _ = naive_dba(Z, k)
+    np.testing.assert_array_equal(canonical(dba1(Z, k)), canonical(first))
+
+
 @FAST
 @given(data=continuous_matrix_and_k())
 def test_kward_kernel_matches_reference(data):

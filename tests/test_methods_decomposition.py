@@ -305,6 +305,34 @@ def naive_gsms(X, k):
     return labels
 
 
+def naive_gsms_rule(X, k):
+    """GSMS by the kernel's rule, literally: each remaining record's candidate is itself and its k-1
+    nearest (lowest rows on ties), and the candidate whose centroid is farthest from the remaining
+    records' centroid is taken, the lowest seed row on ties; the same arithmetic, term by term."""
+    n, d = X.shape
+    labels = np.full(n, -1, dtype=np.int64)
+    rest = np.arange(n)
+    total = X.sum(axis=0)
+    group = 0
+    while rest.size >= 2 * k:
+        c = total / rest.size
+        best, chosen = -1.0, None
+        for x in rest:
+            p = _grown(X, rest, x, k, False)
+            csum = X[p].sum(axis=0)
+            far = 0.0
+            for j in range(d):
+                far += (csum[j] / k - c[j]) ** 2
+            if far > best:
+                best, chosen = far, p
+        labels[chosen] = group
+        total = total - X[chosen].sum(axis=0)
+        group += 1
+        rest = rest[~np.isin(rest, chosen)]
+    labels[rest] = group
+    return labels
+
+
 @st.composite
 def integer_matrix(draw):
     """Small integers 0..3: ties and duplicate rows everywhere, and every sum, centroid and distance
@@ -325,6 +353,20 @@ def test_fixed_size_kernels_match_literal_versions_with_ties(data):
         np.testing.assert_array_equal(fixed_size.cbfs(X, k, nc), naive_seeded(X, k, nc, False))
         np.testing.assert_array_equal(fixed_size.tfrp(X, k, nc), naive_seeded(X, k, nc, True))
     np.testing.assert_array_equal(fixed_size.md(X, k), naive_md(X, k))
+    np.testing.assert_array_equal(fixed_size.gsms(X, k), naive_gsms_rule(X, k))
+
+
+@pytest.mark.parametrize("method", ["md", "gsms"])
+def test_fixed_size_kernels_on_a_zero_inflated_input(method):
+    """160 rows, 90 % of them copies of the all-zero record, the rest whole numbers: MD scans one copy
+    of each class for its farthest pair (and, once only zeros are left, takes the two lowest rows);
+    GSMS's zeros share one candidate list. The labels are still the literal versions'."""
+    rng = np.random.default_rng(7)
+    X = rng.integers(1, 9, size=(160, 3)).astype(float)
+    X[rng.random(160) < 0.9] = 0.0
+    naive_version = naive_md if method == "md" else naive_gsms_rule
+    for k in (2, 3, 5):
+        np.testing.assert_array_equal(getattr(fixed_size, method)(X, k), naive_version(X, k))
 
 
 @SETTINGS

@@ -6,6 +6,7 @@
     .venv/bin/python tests/benchmarks/bench_methods.py dba [--rows 200000]
     .venv/bin/python tests/benchmarks/bench_methods.py refine [--rows 200000]
     .venv/bin/python tests/benchmarks/bench_methods.py members [--rows 200000]
+    .venv/bin/python tests/benchmarks/bench_methods.py ties [--rows 5000] [--methods md,dba,gsms,auto]
 
 ``table``: information loss (%) and seconds (one core, after compilation) of every method of
 ``microagg.METHODS`` followed by every refinement of ``microagg.REFINERS`` (ils with a fixed iteration
@@ -35,6 +36,11 @@ lists brought up to date between sweeps (the default) against every pair scanned
 ``members``: what one block costs ``auto``: each member of its portfolio on the same 8 blocks, k = 5:
 milliseconds per block of the method and of the local search to convergence that follows it, the
 mean gap of its refined SSE to the block's best member's, and the blocks it wins.
+
+``ties``: each of ``--methods`` on one block of ``--rows`` records (default 5,000, the largest input
+solved as one block) of 6 lognormal columns, k = 5, as the share of records that are copies of the
+all-zero record grows (0, 50, 90, 99 %): seconds (after compilation) and IL. The share 0 is the
+baseline: a zero-inflated extract should cost no more than one without copies.
 """
 
 import argparse
@@ -168,7 +174,7 @@ def _extract(args):
     from bench_pipeline import QI, make_extract
 
     root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
-    return pd.read_parquet(make_extract(args.rows, root), columns=QI).to_numpy(dtype=float)
+    return pd.read_parquet(make_extract(args.rows or 200_000, root), columns=QI).to_numpy(dtype=float)
 
 
 def _blocks(args):
@@ -261,20 +267,46 @@ def members(args):
         print(f"| {name} | {ms[i, 0]:.1f} | {ms[i, 1]:.1f} | {gap[i]:.2f} | {won[i]} |", flush=True)
 
 
+def ties(args):
+    rows = args.rows or 5000
+    methods = args.methods.split(",")
+    rng = np.random.default_rng(2026)
+    X = rng.lognormal(size=(rows, 6))
+    draw = rng.random(rows)
+    for method in methods:  # compile (or load) before timing
+        microagg.partition(X[:200], 5, method=method)
+    shares = (0.0, 0.5, 0.9, 0.99)
+    print(f"{rows:,} rows x 6 lognormal columns, k = 5; a share of the records set to the all-zero record\n")
+    print("| method | " + " | ".join(f"{100 * s:g} % zeros: s, IL %" for s in shares) + " |")
+    print("| --- |" + " ---: |" * len(shares))
+    for method in methods:
+        cells = []
+        for share in shares:
+            Y = X.copy()
+            Y[draw < share] = 0.0
+            start = time.perf_counter()
+            labels = microagg.partition(Y, 5, method=method)
+            seconds = time.perf_counter() - start
+            cells.append(f"{seconds:.2f}, {microagg.information_loss(Y, labels):.3f}")
+        print(f"| {method} | " + " | ".join(cells) + " |", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("table", "target", "race", "dba", "refine", "members"))
+    parser.add_argument("mode", choices=("table", "target", "race", "dba", "refine", "members", "ties"))
     parser.add_argument("--datasets", default="census,eia,tax")
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--budget", type=float, default=55.0, help="ils seconds per case (target mode)")
-    parser.add_argument("--rows", type=int, default=200_000, help="race, dba, refine, members modes: rows of the extract")
+    parser.add_argument("--rows", type=int, default=None,
+                        help="race, dba, refine, members modes: rows of the extract (200,000); ties mode: of the block (5,000)")
     parser.add_argument("--data", default=None, help="race, dba, refine, members modes: where the extract is kept (default: the temp dir)")
     parser.add_argument("--probes", type=int, default=4, help="race mode: blocks of a task that try every method")
     parser.add_argument("--reprobe", type=int, default=16, help="race mode: every this-many-th block tries them again")
     parser.add_argument("--margin", type=float, default=0.01, help="race mode: within this of a probe's best stays")
+    parser.add_argument("--methods", default="md,dba,gsms,auto", help="ties mode: the methods timed")
     args = parser.parse_args()
     {"table": table, "target": target, "race": race, "dba": dba, "refine": refine,
-     "members": members}[args.mode](args)
+     "members": members, "ties": ties}[args.mode](args)
 
 
 if __name__ == "__main__":
