@@ -304,14 +304,20 @@ def _candidate(Y, ids, alive, m, Z, pos, x, k, dist, best_d, best_i, cand, csum)
     for i in range(m):
         if alive[i] and i != p:
             filled = keep_smallest(best_d, best_i, filled, dist[i], i)
-    cand[x, 0] = x
     for t in range(k - 1):
         cand[x, t + 1] = ids[best_i[t]]
-    for j in range(d):
+    _candidate_sum(Z, x, k, cand, csum)
+
+
+@jit
+def _candidate_sum(Z, x, k, cand, csum):
+    """``cand[x, 0]`` = row x (its k-1 nearest already in ``cand[x, 1:]``); ``csum[x]`` = their sum."""
+    cand[x, 0] = x
+    for j in range(Z.shape[1]):
         csum[x, j] = 0.0
     for t in range(k):
         row = cand[x, t]
-        for j in range(d):
+        for j in range(Z.shape[1]):
             csum[x, j] += Z[row, j]
 
 
@@ -349,13 +355,7 @@ def _shared_candidate(Y, ids, alive, row_alive, m, Z, x, k, shared, lists, liste
         for t in range(filled):
             lists[shared, t] = ids[list_i[t]]
         listed[shared] = filled
-    cand[x, 0] = x
-    for j in range(d):
-        csum[x, j] = 0.0
-    for t in range(k):
-        row = cand[x, t]
-        for j in range(d):
-            csum[x, j] += Z[row, j]
+    _candidate_sum(Z, x, k, cand, csum)
 
 
 @jit
