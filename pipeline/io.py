@@ -227,6 +227,34 @@ class _CSVFiles(NamedTuple):
                              f"compress them alike, or not at all")
         return None if "none" in found else next(iter(found))
 
+    def whole(self, path, blocksize, warn=False):
+        """Whether each file is read whole, as one block: if the files are compressed (they cannot be
+        cut), or if a file large enough to be cut into blocks of ``blocksize`` ends its lines in a bare
+        ``\r`` (:func:`_bare_cr`), a break no block's cut finds: Dask then read such a file once per
+        block, every row as many times (300 rows released from a file of 100). ``warn``: log it."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from dask.utils import parse_bytes
+
+        if self.compression(path) is not None:
+            return True
+        large = [name for name, size in zip(self.names, self.sizes) if size > parse_bytes(blocksize)]
+        with ThreadPoolExecutor(min(16, len(large) or 1)) as pool:
+            bare = [name for name, found in zip(large, pool.map(_bare_cr, large)) if found]
+        if bare and warn:
+            log.warning("input %s: the lines of %d file(s) end in a bare carriage return (\\r, as old Mac files), "
+                        "for example %s: each file is read whole, in one block (convert their line ends to \\n "
+                        "to read them in parallel blocks)", path, len(bare), bare[0])
+        return bool(bare)
+
+
+def _bare_cr(name):
+    """Whether the lines of the (uncompressed) CSV file ``name`` end in a bare ``\r``: its first 64 KiB
+    hold a ``\r`` and no ``\n``."""
+    with fsspec.open(name, "rb") as fh:
+        head = fh.read(1 << 16)
+    return b"\r" in head and b"\n" not in head
+
 
 def _with_tabs(dialect, paths):
     """``dialect`` with a tab for the separator if it names none and every file of ``paths`` is named
@@ -954,7 +982,7 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
                                        metadata=schema.metadata)
     try:
         if fmt == "csv":
-            compressed = files.compression(path) is not None  # read whole: a compressed file is not split
+            compressed = files.whole(path, blocksize, warn=True)  # a compressed file is not split (nor one in \r)
             dtypes = {**(dtypes or {}), **dict.fromkeys(text, "string")}
             integers = [c for c, t in dtypes.items() if t == "Int64"]
             integers += [c for c in _sampled_integers(files, csv) if c not in dtypes]
@@ -1062,7 +1090,7 @@ def locate_parse_error(path, error, blocksize=None, csv=None):
     if fmt != "csv":
         return error
     data, csv = _csv_data_files(path, urlpath, csv or {})
-    blocks = _csv_blocks(data, blocksize or CSV_BLOCKSIZE, data.compression(path) is not None, csv)
+    blocks = _csv_blocks(data, blocksize or CSV_BLOCKSIZE, data.whole(path, blocksize or CSV_BLOCKSIZE), csv)
     read = dask.delayed(_block_rows, pure=True)
     found = dask.compute(*[read(block, header, first, csv) for _, block, header, first in blocks])
     before = {}
@@ -1146,6 +1174,10 @@ def _is_number(text):
     return True
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+"""A line break inside a CSV value: a file's lines may end in ``\n``, ``\r\n`` or (old Mac files) ``\r``."""
+
+
 def swallowed_rows(frame, shape):
     """Rows of a CSV input that a quote left open swallowed into one text value of ``frame`` (a
     partition): ``(count, column, example)``, ``(0, None, None)`` for none.
@@ -1165,12 +1197,12 @@ def swallowed_rows(frame, shape):
         values = frame[name]
         if not (values.dtype == object or pd.api.types.is_string_dtype(values.dtype)):
             continue
-        broken = values[values.astype("string").str.contains("\n", regex=False).fillna(False).to_numpy(bool)]
+        broken = values[values.astype("string").str.contains("[\r\n]", regex=True).fillna(False).to_numpy(bool)]
         for value in broken:
-            lines = str(value).split("\n")[1:-1]
+            lines = _LINE_BREAK.split(str(value))[1:-1]
             rows = 0
             for line in lines:
-                pieces = line.rstrip("\r").split(shape.separator)
+                pieces = line.split(shape.separator)
                 if len(pieces) == shape.fields and sum(
                         _is_number(p.strip().replace(shape.decimal, ".")) for p in pieces) >= max(shape.numbers, 1):
                     rows += 1
@@ -1274,7 +1306,7 @@ def csv_types(path, numbers=None, blocksize=None, csv=None):
     blocksize = blocksize or CSV_BLOCKSIZE
     guessed = read_input(path, blocksize, csv=csv).dtypes
     data, dialect = _csv_data_files(path, urlpath, csv or {})
-    blocks = _csv_blocks(data, blocksize, data.compression(path) is not None, dialect)
+    blocks = _csv_blocks(data, blocksize, data.whole(path, blocksize), dialect)
     read = dask.delayed(_block_kinds, pure=True)
     numbers = dict(numbers or {})
     try:

@@ -112,19 +112,21 @@ def _export(n, seed=0):
     return ["id,note,a,b"] + [f"{i},note {i},{rng.normal():.3f},{rng.normal():.3f}" for i in range(n)]
 
 
-@pytest.mark.parametrize("suffix", ["csv", "tsv"])
-def test_rows_swallowed_by_a_quote_left_open_are_refused(tmp_path, monkeypatch, suffix):
+@pytest.mark.parametrize("suffix, ending", [("csv", "\n"), ("tsv", "\n"), ("csv", "\r\n"), ("csv", "\r")])
+def test_rows_swallowed_by_a_quote_left_open_are_refused(tmp_path, monkeypatch, suffix, ending):
     """A note that starts with a quote never closed on its line runs to the next quote: pandas reads
     the rows between as part of that one value, without an error, and the release had 60 rows of 100.
     It is refused, naming the column and the count of rows swallowed, on a file read in blocks too
-    (and on a tab-separated one, whose separator comes from its name)."""
+    (and on a tab-separated one, whose separator comes from its name, and on files whose lines end
+    in ``\r\n`` or, as old Mac files, in ``\r``: 60 rows released with exit 0 before)."""
     from microagg.pipeline import io, release
 
     lines = _export(100)
     lines[11] = lines[11].replace("note 10", '"note 10')  # rows 11..49 become part of row 10's note
     lines[51] = lines[51].replace("note 50", 'note 50"')
     path = tmp_path / f"export.{suffix}"
-    path.write_text("\n".join(line.replace(",", "\t" if suffix == "tsv" else ",") for line in lines) + "\n")
+    path.write_bytes((ending.join(line.replace(",", "\t" if suffix == "tsv" else ",") for line in lines)
+                      + ending).encode())
     assert len(pd.read_csv(path, sep="\t" if suffix == "tsv" else ",")) == 60  # what the job released before
     err = _fails(tmp_path, path, "--k", "3", "--qi", "a,b", "--identifiers", "id")
     assert "'note'" in err and "39 row(s)" in err and "quote" in err and "note 10" in err

@@ -469,6 +469,32 @@ def test_a_quote_inside_an_unquoted_field_of_a_csv_read_in_blocks(tmp_path, monk
     assert released.column("note").to_pylist() == expected["note"].tolist()
 
 
+def test_a_csv_whose_lines_end_in_a_bare_carriage_return_is_read_once(tmp_path, monkeypatch, caplog):
+    """Lines ended by a bare ``\r`` (old Mac files): Dask's blocks are cut at ``\n``, which such a file
+    never holds, and Dask read the whole file once per block: 10,500 rows released from this file of
+    1,500 (7 blocks), exit 0. Such a file is read whole (said in the log), its rows once each, the
+    release the same as that of the same rows ended by ``\n``."""
+    from microagg.pipeline import io, release
+
+    monkeypatch.setattr(io, "CSV_BLOCKSIZE", "4KiB")
+    rng = np.random.default_rng(11)
+    lines = ["id,a,b,c"] + [f"{i},{rng.normal():.4f},{rng.normal():.4f},{rng.integers(0, 9)}" for i in range(1500)]
+    mac, unix = tmp_path / "mac.csv", tmp_path / "unix.csv"
+    mac.write_bytes(("\r".join(lines) + "\r").encode())
+    unix.write_bytes(("\n".join(lines) + "\n").encode())
+    assert mac.stat().st_size > 4 * 4096  # cut into several blocks if read in blocks
+    options = release.ReleaseOptions(k=3, quasi_identifiers=["a", "b"], identifiers=["id"])
+    with caplog.at_level("WARNING", logger="microagg.pipeline.io"):
+        release.run(mac, tmp_path / "from-mac", options, html=False)
+    assert "bare carriage return" in caplog.text and "mac.csv" in caplog.text
+    release.run(unix, tmp_path / "from-unix", options, html=False)
+    got, expected = pd.read_parquet(tmp_path / "from-mac"), pd.read_parquet(tmp_path / "from-unix")
+    assert len(got) == 1500
+    pd.testing.assert_frame_equal(got, expected)
+    assert not io._csv_files(str(unix), {})[0].whole(str(unix), "4KiB")
+
+
+
 def test_a_malformed_csv_row_is_named_by_its_file_and_line(tmp_path, monkeypatch, capsys):
     """pandas counts a malformed row's line from the start of the block that holds it: the message
     named a line of some 64 MB block of some file. The job now names the file and the line in it."""
