@@ -288,14 +288,28 @@ def _csv_files(urlpath, dialect):
                          **fs.storage_options) as fh:
             reader = csv.reader(fh, delimiter=dialect.get("sep", ","))
             first = next(reader, [])
-            return first, any(row for row in reader)  # stops at the first row that is not blank
+            return first, next((row for row in reader if row), None)  # the first row that is not blank
 
     paths = sorted(paths)
     names = [fs.unstrip_protocol(p) if "://" in urlpath else p for p in paths]
     with ThreadPoolExecutor(min(16, len(names))) as pool:
         found = list(pool.map(header, names))
-    files = _CSVFiles(names, [h for h, _ in found], [fs.size(p) or 0 for p in paths], [r for _, r in found])
+    files = _CSVFiles(names, [h for h, _ in found], [fs.size(p) or 0 for p in paths],
+                      [row is not None for _, row in found])
+    if any(_ends_in_a_separator(h, row) for h, row in found):
+        dialect = {**dialect, "index_col": False}
     return files, dialect
+
+
+def _ends_in_a_separator(header, row):
+    """Whether a CSV file's first row (``row``, None: none) ends in a separator its header does not:
+    one field more than the header, the last empty (an export that ends every row with a separator).
+    pandas takes the first column of such rows for an index and shifts every other column's values
+    one column to the left, silently: ``id`` held ``a``'s values, released unprotected, and the QIs
+    ``a`` and ``b`` held ``b``'s and ``c``'s. Read with ``index_col=False``, such files' columns are
+    their header's. (Rows of one field more whose last is not empty are left to pandas, which reads
+    the first field as the rows' names, as R's ``write.table`` writes them.)"""
+    return row is not None and len(row) == len(header) + 1 and not row[-1].strip()
 
 
 def _csv_data_files(path, urlpath, dialect):

@@ -495,6 +495,36 @@ def test_a_csv_whose_lines_end_in_a_bare_carriage_return_is_read_once(tmp_path, 
 
 
 
+def test_a_csv_whose_rows_end_in_a_separator_keeps_its_columns(tmp_path, monkeypatch):
+    """Rows that end in a separator the header does not (``0,0.24,0.54,3,``): pandas took the first
+    column for an index and shifted the others one column to the left, silently: the release's ``id``
+    held the QI ``a``'s values, unprotected, and ``a`` and ``b`` were ``b`` and ``c`` aggregated, exit
+    0. Such a file is read by its header now, in one block or in many: the release is that of the same
+    rows without the separator. A first row of one field more that is not empty is left to pandas
+    (the rows' names of R's ``write.table``)."""
+    from microagg.pipeline import io, release
+
+    rng = np.random.default_rng(5)
+    rows = [f"{i},{rng.normal():.4f},{rng.normal():.4f},{rng.integers(1, 6)}" for i in range(1500)]
+    plain, ended = tmp_path / "plain.csv", tmp_path / "ended.csv"
+    plain.write_text("id,a,b,c\n" + "\n".join(rows) + "\n")
+    ended.write_text("id,a,b,c\n" + "\n".join(row + "," for row in rows) + "\n")
+    options = release.ReleaseOptions(k=3, quasi_identifiers=["a", "b"])
+    expected = None
+    for blocksize in ("64MB", "4KiB"):
+        monkeypatch.setattr(io, "CSV_BLOCKSIZE", blocksize)
+        for path in (plain, ended):
+            out = tmp_path / f"{path.stem}-{blocksize}"
+            release.run(path, out, options, html=False)
+            got = pd.read_parquet(out)
+            assert got["id"].tolist() == list(range(1500)) and got["c"].tolist() == [int(r.split(",")[3]) for r in rows]
+            expected = got if expected is None else expected
+            pd.testing.assert_frame_equal(got, expected)
+    assert io._ends_in_a_separator(["id", "a"], ["1", "2", " "])
+    assert not io._ends_in_a_separator(["a", "b"], ["row1", "1", "2"]) and not io._ends_in_a_separator(["a"], None)
+
+
+
 def test_a_malformed_csv_row_is_named_by_its_file_and_line(tmp_path, monkeypatch, capsys):
     """pandas counts a malformed row's line from the start of the block that holds it: the message
     named a line of some 64 MB block of some file. The job now names the file and the line in it."""
