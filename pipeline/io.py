@@ -239,8 +239,15 @@ class _CSVFiles(NamedTuple):
         if self.compression(path) is not None:
             return True
         large = [name for name, size in zip(self.names, self.sizes) if size > parse_bytes(blocksize)]
-        with ThreadPoolExecutor(min(16, len(large) or 1)) as pool:
-            bare = [name for name, found in zip(large, pool.map(_bare_cr, large)) if found]
+        if not large:
+            return False
+
+        def scan():
+            with ThreadPoolExecutor(min(16, len(large))) as pool:
+                return [name for name, found in zip(large, pool.map(_bare_cr, large)) if found]
+
+        fs = fsspec.core.url_to_fs(large[0])[0]
+        bare = _BARE_CR.get(fs, [fs._strip_protocol(n) for n in large], (), scan)  # a job reads its input often
         if bare and warn:
             log.warning("input %s: the lines of %d file(s) end in a bare carriage return (\\r, as old Mac files), "
                         "for example %s: each file is read whole, in one block (convert their line ends to \\n "
@@ -579,6 +586,7 @@ class _PerVersion:
 
 
 _INT96_UNITS = _PerVersion()  # :func:`int96_unit`'s
+_BARE_CR = _PerVersion()  # :meth:`_CSVFiles.whole`'s files whose lines end in a bare \r
 
 
 def int96_unit(fs, names, footers):
@@ -996,14 +1004,14 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
                                        metadata=schema.metadata)
     try:
         if fmt == "csv":
-            compressed = files.whole(path, blocksize, warn=True)  # a compressed file is not split (nor one in \r)
+            whole = files.whole(path, blocksize, warn=True)  # a compressed file is not cut (nor one in \r)
             dtypes = {**(dtypes or {}), **dict.fromkeys(text, "string")}
             integers = [c for c, t in dtypes.items() if t == "Int64"]
             integers += [c for c in _sampled_integers(files, csv) if c not in dtypes]
             dtypes = {**dtypes, **dict.fromkeys(integers, "Int64")} or None
-            ddf = read_pandas(_read_csv, files.patterns(), blocksize=None if compressed else blocksize, dtype=dtypes,
+            ddf = read_pandas(_read_csv, files.patterns(), blocksize=None if whole else blocksize, dtype=dtypes,
                               **csv)
-            pieces = None if compressed or not scan else _csv_pieces(files, blocksize, csv)
+            pieces = None if whole or not scan else _csv_pieces(files, blocksize, csv)
             if pieces:  # a quoted field holds a line break, or a file read in blocks its columns in another order
                 ddf = _read_pieces(ddf, files, pieces, {**csv, "dtype": dtypes, "header": "infer"})
         else:
