@@ -193,12 +193,14 @@ _OTHER_SEPARATORS = (";", "\t", "|")
 
 class _CSVFiles(NamedTuple):
     """The files of a CSV input (:func:`_csv_files`), in name order, each with its header, its size in
-    bytes and whether it holds a row."""
+    bytes, whether it holds a row and whether its first row has a field before its header's columns
+    (rows' names: :func:`_ends_in_a_separator`)."""
 
     names: list
     headers: list
     sizes: list
     rows: list
+    named_rows: list
 
     def data(self):
         """The files that hold rows, as a :class:`_CSVFiles`: what Dask reads. A file with a header
@@ -302,7 +304,9 @@ def _csv_files(urlpath, dialect):
     with ThreadPoolExecutor(min(16, len(names))) as pool:
         found = list(pool.map(header, names))
     files = _CSVFiles(names, [h for h, _ in found], [fs.size(p) or 0 for p in paths],
-                      [row is not None for _, row in found])
+                      [row is not None for _, row in found],
+                      [row is not None and len(row) == len(h) + 1 and not _ends_in_a_separator(h, row)
+                       for h, row in found])
     if any(_ends_in_a_separator(h, row) for h, row in found):
         dialect = {**dialect, "index_col": False}
     return files, dialect
@@ -315,7 +319,8 @@ def _ends_in_a_separator(header, row):
     one column to the left, silently: ``id`` held ``a``'s values, released unprotected, and the QIs
     ``a`` and ``b`` held ``b``'s and ``c``'s. Read with ``index_col=False``, such files' columns are
     their header's. (Rows of one field more whose last is not empty are left to pandas, which reads
-    the first field as the rows' names, as R's ``write.table`` writes them.)"""
+    the first field as the rows' names, as R's ``write.table`` writes them: not released, said in
+    the log.)"""
     return row is not None and len(row) == len(header) + 1 and not row[-1].strip()
 
 
@@ -1005,6 +1010,11 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
     try:
         if fmt == "csv":
             whole = files.whole(path, blocksize, warn=True)  # a compressed file is not cut (nor one in \r)
+            if any(files.named_rows):
+                log.warning("input %s: the first row of %d file(s) has one field more than the header (e.g. %s): "
+                            "pandas reads each row's first field as the row's name, which is not a column and is "
+                            "not released; name it in the header to keep it", path, sum(files.named_rows),
+                            files.names[files.named_rows.index(True)])
             dtypes = {**(dtypes or {}), **dict.fromkeys(text, "string")}
             integers = [c for c, t in dtypes.items() if t == "Int64"]
             integers += [c for c in _sampled_integers(files, csv) if c not in dtypes]

@@ -524,6 +524,24 @@ def test_a_csv_whose_rows_end_in_a_separator_keeps_its_columns(tmp_path, monkeyp
     assert not io._ends_in_a_separator(["a", "b"], ["row1", "1", "2"]) and not io._ends_in_a_separator(["a"], None)
 
 
+def test_a_csv_with_the_rows_names_of_r_releases_its_columns_and_says_the_names_are_not(tmp_path, caplog):
+    """R's ``write.table`` writes each row's name before its fields, with no name for them in the
+    header: pandas reads them as the rows' index, the columns stay the header's, and the names are
+    not released; the log says so (they were dropped without a word)."""
+    from microagg.pipeline import release
+
+    rng = np.random.default_rng(6)
+    rows = [(f'"r{i}"', f"{rng.normal():.4f}", f"{rng.normal():.4f}") for i in range(300)]
+    path = tmp_path / "from-r.csv"
+    path.write_text('"a","b"\n' + "\n".join(",".join(row) for row in rows) + "\n")
+    with caplog.at_level("WARNING", logger="microagg.pipeline.io"):
+        release.run(path, tmp_path / "out", release.ReleaseOptions(k=3, quasi_identifiers=["a", "b"]), html=False)
+    got = pd.read_parquet(tmp_path / "out")
+    assert list(got.columns) == ["a", "b"] and len(got) == 300
+    assert abs(got["a"].mean() - np.mean([float(r[1]) for r in rows])) < 1e-9  # a's values, not the names
+    assert "one field more than the header" in caplog.text and "from-r.csv" in caplog.text
+
+
 
 def test_a_malformed_csv_row_is_named_by_its_file_and_line(tmp_path, monkeypatch, capsys):
     """pandas counts a malformed row's line from the start of the block that holds it: the message
