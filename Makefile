@@ -46,6 +46,7 @@ bench: $(BENCHSTAMP)
 	$(BIN)/python tests/benchmarks/bench_methods.py dba
 	$(BIN)/python tests/benchmarks/bench_methods.py refine
 	$(BIN)/python tests/benchmarks/bench_methods.py members
+	$(BIN)/python tests/benchmarks/bench_methods.py ties --methods md,dba,gsms,kward,mdav,auto
 	$(BIN)/python tests/benchmarks/bench_pipeline.py floors --rows 1M,10M
 	$(BIN)/python tests/benchmarks/bench_pipeline.py inprocess --rows 100000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py blocking --rows 1000000
