@@ -959,7 +959,7 @@ def _read_pieces(ddf, files, pieces, options):
     return dd.from_map(read, pieces, meta=ddf._meta, label="read-csv", enforce_metadata=False)
 
 
-def read_input(path, blocksize=None, dtypes=None, csv=None, text=(), floats=(), scan=True):
+def read_input(path, blocksize=None, dtypes=None, csv=None, text=(), floats=(), scan=True, warn=True):
     """A Dask DataFrame over the input; nothing is computed (schema only). CSV is read in blocks of
     ``blocksize`` bytes, Parquet in partitions of whole row groups up to :data:`PARQUET_BLOCKSIZE`.
     ``dtypes``: the types of a CSV input's columns (:func:`csv_types`), else guessed by Dask from
@@ -970,11 +970,12 @@ def read_input(path, blocksize=None, dtypes=None, csv=None, text=(), floats=(), 
     Arrow-backed pandas columns (:data:`EXACT_FLOATS`; columns released as they are, which no
     stage computes with); ``scan``: a large CSV input is scanned for line breaks inside quoted
     fields (:func:`_csv_pieces`; its bytes read once), False: its schema only, nothing read but its
-    head."""
-    return read_input_and_schema(path, blocksize, dtypes, csv, text, floats, scan)[0]
+    head; ``warn``: log what the read found in a CSV input's files (lines ended by a bare ``\r``, rows'
+    names), False for a job's later reads of the same input."""
+    return read_input_and_schema(path, blocksize, dtypes, csv, text, floats, scan, warn)[0]
 
 
-def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), floats=(), scan=True):
+def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), floats=(), scan=True, warn=True):
     """:func:`read_input`, and the Arrow schema of a Parquet input's files (:func:`common_schema`;
     None for CSV, or if a footer cannot be read): the types :func:`output_schema` keeps. Files that
     differ in columns, or in types no one type holds, are refused before anything is computed."""
@@ -1009,8 +1010,8 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
                                        metadata=schema.metadata)
     try:
         if fmt == "csv":
-            whole = files.whole(path, blocksize, warn=True)  # a compressed file is not cut (nor one in \r)
-            if any(files.named_rows):
+            whole = files.whole(path, blocksize, warn)  # a compressed file is not cut (nor one in \r)
+            if warn and any(files.named_rows):
                 log.warning("input %s: the first row of %d file(s) has one field more than the header (e.g. %s): "
                             "pandas reads each row's first field as the row's name, which is not a column and is "
                             "not released; name it in the header to keep it", path, sum(files.named_rows),
@@ -1336,7 +1337,7 @@ def csv_types(path, numbers=None, blocksize=None, csv=None):
     if fmt != "csv":
         return None
     blocksize = blocksize or CSV_BLOCKSIZE
-    guessed = read_input(path, blocksize, csv=csv).dtypes
+    guessed = read_input(path, blocksize, csv=csv, warn=False).dtypes
     data, dialect = _csv_data_files(path, urlpath, csv or {})
     blocks = _csv_blocks(data, blocksize, data.whole(path, blocksize), dialect)
     read = dask.delayed(_block_kinds, pure=True)
@@ -1369,10 +1370,10 @@ def read_retyped(path, numbers, blocksize=None, csv=None, text=()):
     dtypes = csv_types(path, numbers, blocksize, csv)
     dtypes = dtypes and {c: t for c, t in dtypes.items() if c not in text}
     if not dtypes:  # a Parquet input (or a CSV one Dask's guess holds)
-        return read_input(path, blocksize, csv=csv, text=text), dtypes
+        return read_input(path, blocksize, csv=csv, text=text, warn=False), dtypes
     log.warning("input %s: column(s) %s change type part-way through; read again as %s", path,
                 ", ".join(map(repr, dtypes)), ", ".join(f"{c}: {t}" for c, t in dtypes.items()))
-    return read_input(path, blocksize, dtypes, csv, text), dtypes
+    return read_input(path, blocksize, dtypes, csv, text, warn=False), dtypes
 
 
 def cluster_cores():

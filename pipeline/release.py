@@ -1564,7 +1564,8 @@ def _evaluate_written(input_path, written, report, evaluation, seed, timings, dt
         k = report["k"] if report.get("k_anonymity_scope") == "all quasi-identifiers" else None
         options = dict(evaluation)
         # hashed identifiers differ on purpose: not compared with the input's
-        result = evaluate.evaluate(io.read_input(input_path, dtypes=dtypes, csv=csv, text=text, floats=floats),
+        result = evaluate.evaluate(io.read_input(input_path, dtypes=dtypes, csv=csv, text=text, floats=floats,
+                                                 warn=False),
                                    io.read_input(written, floats=floats),
                                    list(report["quasi_identifiers"]),
                                    k, seed=seed, changed=report.get("identifiers_hashed") or (), **options)

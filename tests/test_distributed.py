@@ -535,11 +535,12 @@ def test_a_csv_with_the_rows_names_of_r_releases_its_columns_and_says_the_names_
     path = tmp_path / "from-r.csv"
     path.write_text('"a","b"\n' + "\n".join(",".join(row) for row in rows) + "\n")
     with caplog.at_level("WARNING", logger="microagg.pipeline.io"):
-        release.run(path, tmp_path / "out", release.ReleaseOptions(k=3, quasi_identifiers=["a", "b"]), html=False)
+        release.run(path, tmp_path / "out", release.ReleaseOptions(k=3, quasi_identifiers=["a", "b"]), html=False,
+                    evaluation={})  # the evaluation reads the input again: said once all the same
     got = pd.read_parquet(tmp_path / "out")
     assert list(got.columns) == ["a", "b"] and len(got) == 300
     assert abs(got["a"].mean() - np.mean([float(r[1]) for r in rows])) < 1e-9  # a's values, not the names
-    assert "one field more than the header" in caplog.text and "from-r.csv" in caplog.text
+    assert caplog.text.count("one field more than the header") == 1 and "from-r.csv" in caplog.text
 
 
 
