@@ -39,6 +39,11 @@ records follow MDAV's rule (the lowest row index on ties). Groups are numbered b
 index. Up to rounding: a cost bound that rounding puts above the true cost could reorder two merges
 of nearly equal cost, deterministically.
 
+Copies of one record: a segment of the recursion that holds nothing else (zero-inflated extracts
+have thousands of all-zero records) is split in closed form (:func:`_copies_split`), the groups its
+passes would give: each pass only peeled one group of k off it, so thousands of copies took
+O(n^3 / k) (53 s for 5,000 identical records; BENCHMARKS.md, thirty-fourth session).
+
 k-Ward is not in the comparative study's Tables 5-7; ours, k = 3 / 5 / 10: census 5.991 / 9.110 /
 14.111, EIA 0.415 / 0.917 / 2.218 (classic MDAV: 5.692 / 9.088 / 14.156 and 0.483 / 1.667 / 3.840).
 
@@ -232,6 +237,39 @@ def _split(Z, rows, k):
 
 
 @jit
+def _all_copies(Z, rows):
+    """Whether the rows are all copies of one finite record (``==`` column by column)."""
+    d = Z.shape[1]
+    first = rows[0]
+    for j in range(d):
+        if not np.isfinite(Z[first, j]):
+            return False
+    for t in range(1, rows.shape[0]):
+        for j in range(d):
+            if Z[rows[t], j] != Z[first, j]:
+                return False
+    return True
+
+
+@jit
+def _copies_split(rows, k):
+    """:func:`_split`'s clusters of ``len(rows) >= 2k`` copies of one record, as its recursion ends
+    them, in closed form: every merge costs 0, so each pass keeps its second extreme group (positions
+    k..2k-1) and merges every other record into the first one (positions 0..k-1: the lowest name
+    wins the ties), which the next pass splits again. What is left at the end is the first k rows
+    and the last ``len(rows) mod k``. Labels of this one pass: k rows in row order per group, the
+    last ``len(rows) mod k`` rows in the first group. (Where rounding puts a centroid of copies a
+    bit away from them, :func:`_split` merges the records among themselves first, and the leftover
+    rows end in the last group instead; any of these partitions has no loss.)"""
+    m = rows.shape[0]
+    full = m // k
+    labels = np.empty(m, dtype=np.int64)
+    for t in range(m):
+        labels[t] = t // k if t < full * k else 0
+    return labels
+
+
+@jit
 def kward(Z, k):
     """k-Ward labels for ``Z`` (``(n, d)`` float64, C-contiguous, ``n >= k >= 2``).
 
@@ -254,7 +292,7 @@ def kward(Z, k):
         s = seg_start[top]
         e = seg_end[top]
         sub = rows[s:e].copy()
-        local = _split(Z, sub, k)
+        local = _copies_split(sub, k) if _all_copies(Z, sub) else _split(Z, sub, k)
         n_local = local.max() + 1
         counts = np.zeros(n_local + 1, dtype=np.int64)
         for t in range(sub.shape[0]):

@@ -19,6 +19,8 @@ from conftest import EIA_NON_QI
 from microagg import kernels
 from microagg.kernels.dba import dba1, dba2
 from microagg.kernels.ga import evolve, macro_groups
+from microagg.kernels.kward import _split as _kward_split
+from microagg.kernels.kward import kward
 from microagg.pipeline.errors import InputError
 from microagg.pipeline.methods import METHODS, run_method
 
@@ -329,6 +331,49 @@ def test_dba1_on_a_zero_inflated_input_matches_reference(k):
 def test_kward_kernel_matches_reference(data):
     Z, k = data
     np.testing.assert_array_equal(canonical(run_method(METHODS["kward"], Z, k)), canonical(naive_kward(Z, k)))
+
+
+def kward_by_passes(Z, k):
+    """k-Ward's recursion with every segment split by its pass (``kernels.kward._split``), copies of
+    one record included: the kernel's loop without its closed form for them."""
+    labels = np.zeros(Z.shape[0], dtype=np.int64)
+    todo, groups = [np.arange(Z.shape[0])], []
+    while todo:
+        rows = todo.pop()
+        if rows.size < 2 * k:
+            groups.append(rows)
+            continue
+        local = _kward_split(Z, rows, k)
+        todo.extend(rows[local == c] for c in range(local.max() + 1))
+    for g, rows in enumerate(sorted(groups, key=lambda r: r.min())):
+        labels[rows] = g
+    return labels
+
+
+@FAST
+@given(data=tied_matrix_and_k())
+def test_kward_on_copies_of_rows_matches_its_passes(data):
+    """A segment of copies of one record is split in closed form (every merge costs 0, so each pass
+    peels one group of k): on whole numbers, where every centroid of copies is exact, the groups
+    are those of the passes themselves."""
+    Z, k = data
+    np.testing.assert_array_equal(kward(Z, k), kward_by_passes(Z, k))
+
+
+@pytest.mark.parametrize("share", [0.9, 1.0])
+def test_kward_on_a_zero_inflated_input_matches_its_passes(share):
+    """300 rows of which a share are the all-zero record (raw: their centroids are exactly 0). With
+    every record a copy, the groups are k rows in row order, the last 300 mod k rows in the first."""
+    rng = np.random.default_rng(3)
+    X = rng.lognormal(size=(300, 4))
+    X[rng.random(300) < share] = 0.0
+    for k in (3, 7):
+        labels = kward(c64(X), k)
+        np.testing.assert_array_equal(labels, kward_by_passes(c64(X), k))
+    if share == 1.0:
+        expected = np.arange(300) // 7
+        expected[expected == 300 // 7] = 0
+        np.testing.assert_array_equal(labels, expected)
 
 
 def test_ga_macro_groups_are_mdav_on_the_average_vectors():
