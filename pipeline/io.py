@@ -21,6 +21,7 @@ import fsspec
 import numpy as np
 from dask.dataframe.io.csv import read_pandas
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
+from pandas.errors import ParserError
 
 from . import interrupts
 from .errors import CSVParseError, CSVTypeChange, InputError, OutputBusyError, ReleaseGateError
@@ -735,7 +736,7 @@ def _sampled_integers(files, dialect):
         if len(head) == SAMPLE_BYTES:
             head += fh.readline()
     try:
-        frame, integers = _with_integers(lambda **options: pd.read_csv(BytesIO(head), **dialect, **options))
+        frame, integers = _with_integers(lambda **options: _pandas_csv(BytesIO(head), **dialect, **options))
     except ValueError:
         return []
     return integers + [c for c in frame.columns if frame[c].dtype == np.float64 and frame[c].isna().all()]
@@ -754,6 +755,60 @@ def _with_integers(read):
     return frame, [c for c in blanks if whole_numbers(written[c]) is not None]
 
 
+_EXTRA = "\0 the field after the last column"
+"""The name given, for a check, to the field after the header's last column of a CSV file whose rows
+end in a separator (:func:`_ends_in_a_separator`; a name no header holds)."""
+
+
+def _pandas_csv(source, **options):
+    """``pandas.read_csv``; a CSV file whose rows end in a separator (``index_col=False``:
+    :func:`_ends_in_a_separator`) is read with one more column for the last field, which must be empty:
+    a row with a value there (pandas dropped it with a warning) raises a ``ParserError`` that gives
+    its line as pandas gives those of rows with too many fields (a quoted field over several lines
+    counting as one), for :func:`locate_parse_error`: it is a row of more fields than the header, as
+    in any other file."""
+    import pandas as pd
+
+    if options.get("index_col") is not False:
+        return pd.read_csv(source, **options)
+    names = options.get("names")
+    if names is None:  # the header's: read once
+        position = source.tell()
+        names = list(pd.read_csv(source, **{**options, "nrows": 0, "usecols": None}).columns)
+        source.seek(position)
+        header = 0
+    else:
+        header = options.get("header")
+        header = None if header == "infer" else header
+    dtype = options.get("dtype")
+    wider = {**options, "names": [*names, _EXTRA], "header": header,
+             "dtype": {**dtype, _EXTRA: "string"} if isinstance(dtype, dict) else dtype}
+    if options.get("usecols") is not None:
+        wider["usecols"] = [*options["usecols"], _EXTRA]
+    position = source.tell()
+    frame = pd.read_csv(source, **wider)
+    extra = frame.pop(_EXTRA)
+    rows = np.flatnonzero(extra.notna().to_numpy())
+    if not len(rows):
+        return frame
+    if options.get("skip_blank_lines", True):  # the line counts blank lines: read the last field again
+        source.seek(position)
+        extra = pd.read_csv(source, **{**wider, "usecols": [_EXTRA], "skip_blank_lines": False})[_EXTRA]
+        rows = np.flatnonzero(extra.notna().to_numpy())
+    line = int(rows[0]) + 1 + (header == 0)  # pandas counts a block's lines from 1, its header included
+    raise _ValueAfterLastColumn(f"a value after the last column {names[-1]!r} in line {line}: the file's rows end "
+                                f"in a separator the header does not have, so their last field must be empty",
+                                len(rows))
+
+
+class _ValueAfterLastColumn(ParserError):
+    """:func:`_pandas_csv`'s error; ``rows``: how many rows of the part read hold such a value."""
+
+    def __init__(self, message, rows):
+        super().__init__(message)
+        self.rows = rows
+
+
 def _read_csv(source, **options):
     """``pandas.read_csv``, as Dask's reader of a CSV input's blocks. A column read as Int64 (whole
     numbers and empty cells in the first rows: :func:`_sampled_integers`) that holds another value in
@@ -762,7 +817,7 @@ def _read_csv(source, **options):
     import pandas as pd
 
     try:
-        return pd.read_csv(source, **options)
+        return _pandas_csv(source, **options)
     except (TypeError, ValueError) as exc:
         dtypes = options.get("dtype") or {}
         integers = [c for c, t in dtypes.items() if t == "Int64"]
@@ -1088,17 +1143,16 @@ def _parser_message(exc):
 
 
 def _block_rows(block, names, first, dialect):
-    """``(lines, None)``: the lines pandas counts in one block of a CSV file (as :func:`_block_kinds`
+    """``(lines, None, 0)``: the lines pandas counts in one block of a CSV file (as :func:`_block_kinds`
     reads it: its rows and blank lines, a quoted field over several lines as one), or ``(None,
-    pandas' message)`` if it cannot be parsed."""
-    import pandas as pd
-
+    pandas' message, rows)`` if it cannot be parsed (``rows``: of a value after the last column,
+    :func:`_pandas_csv`, how many rows hold one; else 0)."""
     try:
         whole = {} if dialect.get("engine") == "python" else {"low_memory": False}  # the C reader's option
         frame = _read_block(block, names, first, dialect, skip_blank_lines=False, **whole)
-    except pd.errors.ParserError as exc:
-        return None, _parser_message(exc)
-    return len(frame), None
+    except ParserError as exc:
+        return None, _parser_message(exc), getattr(exc, "rows", 0)
+    return len(frame), None, 0
 
 
 def _read_block(block, names, first, dialect, **options):
@@ -1106,9 +1160,7 @@ def _read_block(block, names, first, dialect, **options):
     file (``first``), else under the file's column ``names``."""
     from io import BytesIO
 
-    import pandas as pd
-
-    return pd.read_csv(BytesIO(block), header=0 if first else None, names=None if first else names, **dialect,
+    return _pandas_csv(BytesIO(block), header=0 if first else None, names=None if first else names, **dialect,
                        **options)
 
 
@@ -1127,10 +1179,12 @@ def locate_parse_error(path, error, blocksize=None, csv=None):
     read = dask.delayed(_block_rows, pure=True)
     found = dask.compute(*[read(block, header, first, csv) for _, block, header, first in blocks])
     before = {}
-    for (name, _, _, first), (rows, message) in zip(blocks, found):
+    for (name, _, _, first), (rows, message, extra) in zip(blocks, found):
         if message is None:
             before[name] = before.get(name, 0) + rows
         else:
+            if extra:  # every block was read: count such rows in all
+                message += f" ({sum(n for _, _, n in found):,} such row(s) in the input)"
             return _parse_error(name, message, before.get(name, 0), first)
     return error
 

@@ -524,6 +524,34 @@ def test_a_csv_whose_rows_end_in_a_separator_keeps_its_columns(tmp_path, monkeyp
     assert not io._ends_in_a_separator(["a", "b"], ["row1", "1", "2"]) and not io._ends_in_a_separator(["a"], None)
 
 
+def test_a_value_after_the_last_column_of_a_csv_whose_rows_end_in_a_separator_is_refused(tmp_path, monkeypatch):
+    """In a file whose rows end in a separator (read with ``index_col=False``), a row whose last field
+    is not empty has more fields than the header, as in any other file: pandas dropped the value with
+    a warning and released the rest. Now it is refused (exit 2) with its file, its line and the count
+    of such rows, read whole or in blocks, and nothing is written."""
+    from microagg.jobs.cli import main
+    from microagg.pipeline import io, release
+    from microagg.pipeline.errors import CSVParseError
+
+    rng = np.random.default_rng(8)
+    lines = ["id,a,b,c"] + [f"{i},{rng.normal():.4f},{rng.normal():.4f},{rng.integers(1, 6)},"
+                            + ("7" if i in (700, 1201) else "") for i in range(1500)]
+    lines.insert(301, "")  # a blank line: lines are counted as pandas counts them, from the header's 1
+    path = tmp_path / "ended.csv"
+    path.write_text("\n".join(lines) + "\n")
+    line = lines.index(next(x for x in lines if x.endswith(",7"))) + 1
+    options = release.ReleaseOptions(k=3, quasi_identifiers=["a", "b"])
+    for blocksize in ("64MB", "4KiB"):
+        monkeypatch.setattr(io, "CSV_BLOCKSIZE", blocksize)
+        with pytest.raises(CSVParseError) as caught:
+            release.run(path, tmp_path / "out", options, html=False)
+        assert f"file {path}, line {line:,} " in str(caught.value), caught.value
+        assert "a value after the last column 'c'" in str(caught.value) and "2 such row(s)" in str(caught.value)
+        assert not (tmp_path / "out").exists()
+    assert main(["anonymize", str(path), str(tmp_path / "cli"), "--k", "3", "--qi", "a,b", "--no-html"]) == 2
+    assert not (tmp_path / "cli").exists()
+
+
 def test_a_csv_with_the_rows_names_of_r_releases_its_columns_and_says_the_names_are_not(tmp_path, caplog):
     """R's ``write.table`` writes each row's name before its fields, with no name for them in the
     header: pandas reads them as the rows' index, the columns stay the header's, and the names are
