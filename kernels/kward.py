@@ -42,7 +42,7 @@ of nearly equal cost, deterministically.
 Copies of one record: a segment of the recursion that holds nothing else (zero-inflated extracts
 have thousands of all-zero records) is split in closed form (:func:`_copies_split`), the groups its
 passes would give: each pass only peeled one group of k off it, so thousands of copies took
-O(n^3 / k) (53 s for 5,000 identical records; BENCHMARKS.md, thirty-fourth session).
+O(n^3 / k) (66.5 s for 5,000 identical records; BENCHMARKS.md, thirty-fourth session).
 
 k-Ward is not in the comparative study's Tables 5-7; ours, k = 3 / 5 / 10: census 5.991 / 9.110 /
 14.111, EIA 0.415 / 0.917 / 2.218 (classic MDAV: 5.692 / 9.088 / 14.156 and 0.483 / 1.667 / 3.840).
@@ -253,14 +253,15 @@ def _all_copies(Z, rows):
 
 @jit
 def _copies_split(rows, k):
-    """:func:`_split`'s clusters of ``len(rows) >= 2k`` copies of one record, as its recursion ends
-    them, in closed form: every merge costs 0, so each pass keeps its second extreme group (positions
-    k..2k-1) and merges every other record into the first one (positions 0..k-1: the lowest name
-    wins the ties), which the next pass splits again. What is left at the end is the first k rows
-    and the last ``len(rows) mod k``. Labels of this one pass: k rows in row order per group, the
-    last ``len(rows) mod k`` rows in the first group. (Where rounding puts a centroid of copies a
-    bit away from them, :func:`_split` merges the records among themselves first, and the leftover
-    rows end in the last group instead; any of these partitions has no loss.)"""
+    """The final groups of ``len(rows) >= 2k`` copies of one record, as :func:`_split`'s passes and
+    the recursion over them end, in closed form: every merge costs 0, so each pass keeps its second
+    extreme group (positions k..2k-1) and merges every other record into the first one (positions
+    0..k-1: the lowest name wins the ties), which the next pass splits again; what is left at the
+    end is the first k rows and the last ``len(rows) mod k``. Labels: k rows in row order per group,
+    the last ``len(rows) mod k`` rows in the first group (every group under 2k: none is split again).
+    (Where rounding puts a centroid of copies a bit away from them, :func:`_split` merges the
+    records among themselves first, and the leftover rows end in another group; any of these
+    partitions has no loss.)"""
     m = rows.shape[0]
     full = m // k
     labels = np.empty(m, dtype=np.int64)
