@@ -1468,18 +1468,17 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         started = time.perf_counter()
         row_check = None if rows_in_quotes else io.row_shape(input_path, csv, len(ddf.columns), len(columns[0]))
         try:
-            try:
-                released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
-                dtypes = None
-            except CSVTypeChange:  # in the statistics pass, the first over every row
-                with timings.stage("csv types"):
-                    numbers = {**dict.fromkeys(columns[0], "quasi-identifier"),
-                               **({options.weights: "weights"} if options.weights else {})}
-                    ddf, dtypes = io.read_retyped(input_path, numbers, csv=csv, text=text)
-                timings.seconds["csv types"] = round(time.perf_counter() - started, 4)  # the failed pass's time too
-                released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
-                report["input_types_widened"] = dtypes
-        except CSVParseError as exc:  # a malformed row (also found by the retyped pass): name its file and line
+            released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
+            dtypes = None
+        except CSVTypeChange:  # in the statistics pass, the first over every row
+            with timings.stage("csv types"):
+                numbers = {**dict.fromkeys(columns[0], "quasi-identifier"),
+                           **({options.weights: "weights"} if options.weights else {})}
+                ddf, dtypes = io.read_retyped(input_path, numbers, csv=csv, text=text)
+            timings.seconds["csv types"] = round(time.perf_counter() - started, 4)  # the failed pass's time too
+            released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
+            report["input_types_widened"] = dtypes
+        except CSVParseError as exc:  # a malformed row: name its file and line
             raise io.locate_parse_error(input_path, exc, csv=csv) from exc
         report["input_kept_in_memory"] = keep
         report.update(input=str(input_path), output=str(output))

@@ -444,3 +444,24 @@ def test_anonymize_evaluate_refuses_what_it_cannot_evaluate(tmp_path, flags, mes
     proc = microagg_cli("anonymize", CENSUS_CSV, tmp_path / "release", "--k", 3, *flags, "--scheduler", "synchronous")
     assert proc.returncode == 2 and message in proc.stderr
     assert not (tmp_path / "release").exists()
+
+
+def test_a_value_after_the_last_column_of_a_csv_is_named_by_its_file_and_line(tmp_path, monkeypatch):
+    """``microagg evaluate`` reads its files as ``anonymize`` does: a row with a value after the last
+    column of an original whose rows end in a separator, read in 4 KiB blocks (a blank line before
+    it, counted as pandas counts lines), is refused with the file and the line; no report."""
+    from microagg.pipeline.errors import CSVParseError
+
+    rng = np.random.default_rng(9)
+    rows = [(i, rng.normal(), rng.normal(), int(rng.integers(1, 6))) for i in range(1500)]
+    lines = ["id,a,b,c"] + [f"{i},{a:.4f},{b:.4f},{c}," + ("7" if i == 900 else "") for i, a, b, c in rows]
+    lines.insert(301, "")
+    original = tmp_path / "original.csv"
+    original.write_text("\n".join(lines) + "\n")
+    masked = tmp_path / "masked.parquet"
+    pd.DataFrame(rows, columns=["id", "a", "b", "c"]).to_parquet(masked, index=False)
+    monkeypatch.setattr(io, "CSV_BLOCKSIZE", "4KiB")
+    with pytest.raises(CSVParseError) as caught:
+        ev.run(original, masked, ["a", "b"], tmp_path / "report.json", html=False)
+    assert f"file {original}, line {lines.index(next(x for x in lines if x.endswith(',7'))) + 1:,} " in str(caught.value)
+    assert not (tmp_path / "report.json").exists()
