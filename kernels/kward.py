@@ -60,6 +60,7 @@ import numpy as np
 from ._jit import inline_jit, jit
 from .mdav import _distances_to, column_major
 from .select import keep_smallest
+from .ties import _finite_row, _same_row
 
 
 @inline_jit
@@ -238,16 +239,12 @@ def _split(Z, rows, k):
 
 @jit
 def _all_copies(Z, rows):
-    """Whether the rows are all copies of one finite record (``==`` column by column)."""
-    d = Z.shape[1]
-    first = rows[0]
-    for j in range(d):
-        if not np.isfinite(Z[first, j]):
-            return False
+    """Whether the rows are all copies of one finite record (:mod:`.ties`' rule: ``==`` column by column)."""
+    if not _finite_row(Z, rows[0]):
+        return False
     for t in range(1, rows.shape[0]):
-        for j in range(d):
-            if Z[rows[t], j] != Z[first, j]:
-                return False
+        if not _same_row(Z, rows[0], rows[t]):
+            return False
     return True
 
 
