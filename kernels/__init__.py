@@ -1,7 +1,7 @@
 """Numba kernels on NumPy arrays: no DataFrames, paths or clients here (see STYLE.md)."""
 
 from .blocking import (grow_tree, project, route, route_raw, row_hashes, rows_equal_first, sample_mask,
-                       sequence_bucket, splitmix64)
+                       sequence_bucket, split_cell, splitmix64)
 from .hm import optimal_contiguous, univariate_optimal
 from .mdav import mdav
 from .refine import refine
@@ -33,6 +33,7 @@ __all__ = [
     "rows_equal_first",
     "sequence_bucket",
     "sample_mask",
+    "split_cell",
     "splitmix64",
     "sse",
     "sst",

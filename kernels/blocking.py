@@ -172,7 +172,50 @@ def sequence_bucket(stratum, score, s_stratum, s_score):
 
 
 @jit
-def grow_tree(Z, fraction, block_size, one_block_rows, min_child, fixed):
+def _cell_split(W, s, e, p, fraction, block_size, one_block_rows, min_child, fixed, root):
+    """Whether :func:`grow_tree` splits the cell of rows ``W[s:e]`` (``root``: the whole input), and
+    how: ``(split, direction, threshold, left rows, estimate)``, the rows' projections left in
+    ``p[:e - s]``."""
+    m = e - s
+    estimate = m / fraction
+    v = fixed
+    threshold = 0.0
+    n_left = 0
+    if estimate > block_size and not (root and estimate <= one_block_rows) and m >= 2 * min_child:
+        if fixed.shape[0] == 0:
+            v = principal_axis(W, np.arange(s, e))
+        d = W.shape[1]
+        for i in range(m):
+            acc = 0.0
+            for j in range(d):
+                acc += W[s + i, j] * v[j]
+            p[i] = acc
+        threshold = np.median(p[:m])
+        for i in range(m):
+            if p[i] <= threshold:
+                n_left += 1
+    return min_child <= n_left <= m - min_child, v, threshold, n_left, estimate
+
+
+@jit
+def split_cell(Z, fraction, block_size, one_block_rows, min_child, fixed, root):
+    """The split :func:`grow_tree` makes of the cell of all rows of ``Z`` (``root``: the whole
+    input): ``(split, direction, threshold, estimate, goes_left)``, ``goes_left[i]`` whether row i is
+    on the split's left side (all False when there is no split). Growing each side's rows (in the
+    same order) with ``root=False`` then gives that cell's subtrees."""
+    n = Z.shape[0]
+    p = np.empty(n)
+    split, v, threshold, _, estimate = _cell_split(Z, 0, n, p, fraction, block_size, one_block_rows, min_child,
+                                                   fixed, root)
+    goes_left = np.zeros(n, dtype=np.bool_)
+    if split:
+        for i in range(n):
+            goes_left[i] = p[i] <= threshold
+    return split, v.copy(), threshold, estimate, goes_left
+
+
+@jit
+def grow_tree(Z, fraction, block_size, one_block_rows, min_child, fixed, root=True):
     """The split tree's nodes, grown from the sample ``Z`` (rows in row-id order) by recursive median
     splits (see :mod:`microagg.pipeline.blocking`).
 
@@ -181,7 +224,8 @@ def grow_tree(Z, fraction, block_size, one_block_rows, min_child, fixed):
     least ``2 * min_child`` rows, at the median of its rows' projection on ``fixed`` (if given, else
     on the cell's own first principal direction); a split leaving fewer than ``min_child`` rows on a
     side is not made. Nodes and leaves are numbered in depth-first pre-order (left first), a cell's
-    rows kept in row-id order.
+    rows kept in row-id order. ``root=False``: ``Z`` is a cell below the root (a subtree, see
+    :func:`split_cell`), to which the root's rule does not apply.
 
     Returns ``(directions, thresholds, left, right, estimates, n_leaves)``; ``left`` / ``right`` hold a
     child node id or ``-1 - leaf``.
@@ -208,24 +252,8 @@ def grow_tree(Z, fraction, block_size, one_block_rows, min_child, fixed):
         top -= 1
         s, e, parent, side = stack[top, 0], stack[top, 1], stack[top, 2], stack[top, 3]
         m = e - s
-        estimate = m / fraction
-        split = False
-        v = fixed
-        threshold = 0.0
-        n_left = 0
-        if estimate > block_size and not (side == 0 and estimate <= one_block_rows) and m >= 2 * min_child:
-            if fixed.shape[0] == 0:
-                v = principal_axis(W, np.arange(s, e))
-            for i in range(m):
-                acc = 0.0
-                for j in range(d):
-                    acc += W[s + i, j] * v[j]
-                p[i] = acc
-            threshold = np.median(p[:m])
-            for i in range(m):
-                if p[i] <= threshold:
-                    n_left += 1
-            split = min_child <= n_left <= m - min_child
+        split, v, threshold, n_left, estimate = _cell_split(W, s, e, p, fraction, block_size, one_block_rows,
+                                                            min_child, fixed, root and side == 0)
         if split:
             ref = n_nodes
             n_nodes += 1

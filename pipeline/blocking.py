@@ -19,8 +19,10 @@ Dask partition, solved and stitched internally. The split planes above the task 
 *upper* nodes) are stitched across tasks in a second stage.
 """
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
+import os
 
 import numpy as np
 
@@ -36,6 +38,9 @@ def default_block_size(k):
     block holds at least two groups); ``k`` as given (checked later)."""
     return max(BLOCK_SIZE, 2 * k) if isinstance(k, int) and not isinstance(k, bool) else BLOCK_SIZE
 MIN_LEAF_SAMPLE = 8
+PARALLEL_SAMPLE = 100_000
+"""A sample of at least this many rows grows its split tree on several of the client's cores
+(:func:`grow_tree`)."""
 
 
 @dataclass
@@ -106,6 +111,75 @@ def principal_direction(Z):
     return v
 
 
+def grow_tree(Z, fraction, block_size, one_block_rows, min_child, fixed, threads=None, depth=None):
+    """:func:`microagg.kernels.grow_tree` (same arguments, the same arrays) on up to ``threads`` of the
+    client's cores (default: its cores, at most 8): the top ``depth`` levels of cells are split one
+    level at a time (:func:`microagg.kernels.split_cell`, each level's cells side by side), the
+    subtrees below grown side by side, and their nodes and leaves renumbered into the one tree's
+    depth-first pre-order. ``depth`` (default: enough levels for ``threads`` subtrees, none for a
+    sample under :data:`PARALLEL_SAMPLE` rows) is a parameter for the tests.
+
+    The sample behind the tree grows with the input (up to 2M rows at 40M input rows and more), and the
+    tree is grown while every worker waits: at 10M rows, 512,881 sample rows, about 1.2 s on one core.
+    """
+    threads = threads or min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
+                             os.cpu_count() or 1)
+    if depth is None:
+        depth = int(np.ceil(np.log2(threads))) if threads > 1 and len(Z) >= PARALLEL_SAMPLE else 0
+    if depth == 0:
+        return kernels.grow_tree(Z, fraction, block_size, one_block_rows, min_child, fixed)
+    cells = {(): (Z, True)}    # path from the root (0 left, 1 right) -> (rows, whether the root)
+    splits = {}                # path -> (direction, threshold, estimate) of a split cell
+    grown = {}                 # path -> kernels.grow_tree of a subtree
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for _ in range(depth):
+            level = list(cells.items())
+            cells = {}
+            for (path, (rows, root)), (split, v, threshold, estimate, goes_left) in zip(level, pool.map(
+                    lambda c: kernels.split_cell(c[1][0], fraction, block_size, one_block_rows, min_child, fixed,
+                                                 c[1][1]), level)):
+                if split:
+                    splits[path] = (v, threshold, estimate)
+                    cells[path + (0,)] = (np.ascontiguousarray(rows[goes_left]), False)
+                    cells[path + (1,)] = (np.ascontiguousarray(rows[~goes_left]), False)
+                else:
+                    grown[path] = None  # a leaf
+        level = list(cells.items())
+        grown.update(zip([path for path, _ in level], pool.map(
+            lambda c: kernels.grow_tree(c[1][0], fraction, block_size, one_block_rows, min_child, fixed, c[1][1]),
+            level)))
+    nodes = []       # (direction, threshold, estimate, left, right) in pre-order, children filled in later
+    n_leaves = 0
+
+    def emit(path):
+        nonlocal n_leaves
+        if path in splits:
+            ref = len(nodes)
+            nodes.append([*splits[path], 0, 0])
+            nodes[ref][3] = emit(path + (0,))
+            nodes[ref][4] = emit(path + (1,))
+            return ref
+        sub = grown[path]
+        if sub is None or not len(sub[1]):
+            n_leaves += 1
+            return -n_leaves  # -1 - leaf
+        first_node, first_leaf = len(nodes), n_leaves
+        directions, thresholds, left, right, estimates, leaves = sub
+        shift = [np.where(child >= 0, child + first_node, child - first_leaf) for child in (left, right)]
+        nodes.extend(zip(directions, thresholds, estimates, *shift))
+        n_leaves += leaves
+        return first_node
+
+    emit(())
+    d = Z.shape[1]
+    if not nodes:
+        return np.empty((0, d)), np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), n_leaves
+    directions, thresholds, estimates, left, right = zip(*nodes)
+    return (np.array(directions, dtype=np.float64).reshape(-1, d), np.array(thresholds, dtype=np.float64),
+            np.array(left, dtype=np.int64), np.array(right, dtype=np.int64), np.array(estimates, dtype=np.float64),
+            n_leaves)
+
+
 def build_tree(Z, fraction, block_size, task_rows, k, order="kd", one_block_rows=0):
     """Split tree from the sample ``Z`` (rows in row-id order) drawn with probability ``fraction``;
     a cell is split while its estimated rows exceed ``block_size``, but not at all (one block) when
@@ -119,7 +193,7 @@ def build_tree(Z, fraction, block_size, task_rows, k, order="kd", one_block_rows
     elif order == "zscore":
         fixed = np.full(d, 1.0 / np.sqrt(d))
     min_child = max(MIN_LEAF_SAMPLE, k)
-    directions, thresholds, left, right, estimates, n_leaves = kernels.grow_tree(
+    directions, thresholds, left, right, estimates, n_leaves = grow_tree(
         np.ascontiguousarray(Z, dtype=np.float64), fraction, float(block_size), float(one_block_rows), min_child,
         np.empty(0) if fixed is None else np.ascontiguousarray(fixed, dtype=np.float64))
     root = 0 if len(thresholds) else -1

@@ -26,9 +26,11 @@ Library code owns no cluster: it runs on the active Dask client or scheduler.
 """
 
 import hmac
+import importlib
 import json
 import logging
 import os
+import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -1167,6 +1169,22 @@ def _enough_partitions(ddf):
     return ddf
 
 
+def _import_aside(name):
+    """Start importing the module ``name`` in a thread of its own; an import of it elsewhere waits for
+    that one to end (Python's import lock per module), or raises its error itself.
+
+    The report's module imports matplotlib: 0.5-1 s of one core while the workers waited, before the
+    statistics pass began (BENCHMARKS.md, thirty-fifth session)."""
+
+    def load():
+        try:
+            importlib.import_module(name)
+        except Exception:  # the caller's own import raises it again, where it is handled
+            pass
+
+    threading.Thread(target=load, name=f"microagg-import-{name}", daemon=True).start()
+
+
 def build_release(ddf, options, timings=None, identifier_key=None, columns=None, keep_input=True, row_check=None):
     """All stages but the write: ``(released, report)``.
 
@@ -1180,8 +1198,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
     """
     from .. import __version__
 
-    from . import report as report_page
-
+    _import_aside(__package__ + ".report")  # while the statistics pass reads
     timings = timings or Timings()
     with timings.stage("validate"):
         qi, ids = columns or plan(ddf, options)
@@ -1200,6 +1217,8 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         source = persisted(ddf)[0] if _client() is not None and keep_input else ddf
         n_rows, mean, std, lengths, covariance, evidence, missing, lo, hi, complete = column_statistics(
             source, qi, options.weights, options.strata, options.missing, row_check)
+        from . import report as report_page  # imported aside meanwhile (or waits for that import to end)
+
         edges = report_page.histogram_edges(lo, hi)  # the report's histograms: the original's range
         # Mic1D-k's k counts values (each block's rows x columns), every other method's rows
         width = min(len(b) for b in options.attribute_blocks or [qi]) if mic1d.is_mic1d(options.method) else 1

@@ -21,7 +21,7 @@ from microagg import kernels
 from microagg.kernels import eigen, groups, ties, windows
 from microagg.kernels.refine import LIST_SLACK, _first_neighbours, _neighbour_lists, _update_lists
 from microagg.kernels.select import keep_smallest, offer_in_order
-from microagg.pipeline import stats
+from microagg.pipeline import blocking, stats
 
 FAST = settings(deadline=None, max_examples=150)
 THOROUGH = settings(deadline=None, max_examples=400)
@@ -532,6 +532,29 @@ def test_grow_tree_matches_the_recursive_reference(n, d, fraction, block_size, f
         counts = np.bincount(leaves, minlength=got[5])
         assert ((counts / fraction <= block_size) | (counts < 2 * 8)).all()  # no ties in continuous data
         assert counts.sum() == n and (counts >= 8).all()
+
+
+@FAST
+@given(st.integers(0, 1500), st.integers(1, 5), st.sampled_from([0.25, 0.5, 1.0]), st.integers(20, 300),
+       st.sampled_from([0.0, 400.0, 3000.0]), st.integers(2, 12), st.booleans(), st.sampled_from(["normal", "ties"]),
+       st.integers(1, 3), st.integers(0, 2**32 - 1))
+def test_the_split_tree_grown_on_several_cores_is_the_tree_of_one(n, d, fraction, block_size, one_block_rows,
+                                                                   min_child, fixed, data, depth, seed):
+    """The client grows a large sample's tree in subtrees side by side (``pipeline.blocking.grow_tree``):
+    the same nodes, thresholds and leaves, in the same order, as the one-core kernel; the root's rule
+    (one block up to ``one_block_rows``) applies to the root only; rows tied on a split stay whole."""
+    rng = np.random.default_rng(seed)
+    Z = rng.normal(size=(n, d)) * rng.uniform(0.2, 3.0, size=d)
+    if data == "ties":
+        Z = np.round(Z)
+        Z[: n // 3] = 0.0
+    direction = np.full(d, 1.0 / np.sqrt(d)) if fixed else np.empty(0)
+    want = kernels.grow_tree(Z, fraction, float(block_size), one_block_rows, min_child, direction)
+    got = blocking.grow_tree(Z, fraction, float(block_size), one_block_rows, min_child, direction, threads=3,
+                             depth=depth)
+    for a, b in zip(got[:5], want[:5]):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert got[5] == want[5]
 
 
 @FAST

@@ -17,6 +17,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py csv --rows 1000000 --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py quotes --rows 1000000 --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py ties --rows 1000000 --methods mdav,auto --runs 2
+    .venv/bin/python tests/benchmarks/bench_pipeline.py tree --rows 10M,100M
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -56,6 +57,12 @@ record: seconds, peak RSS, stage seconds, DLD (and its interval for a sample).
 solve with each stitching setting (light, fast, deep; in this process, one thread, no Dask) on the
 ``scale`` extract: IL and CPU seconds. The bar of issue 3 (blocked IL no worse than global MDAV's) at
 the sizes ``scale`` measures.
+
+``tree``: the split tree of an input of each ``--rows`` rows, grown from the sample the pipeline would
+draw (about 128 rows per block, at most 2M; taken from the 10M extract for larger inputs, with the
+extract's own fraction of it), by the one-core kernel and on the client's cores (the pipeline's
+``blocking.grow_tree``), alternately, best of ``--repeat``: seconds, the ratio, and whether both trees
+are the same arrays.
 
 ``blocking``: the blocked solve in this process (one thread, no Dask) for several block layouts
 (``--layouts 5000/16/8,2500/32/6``: block size / blocks per task / neighbour groups of the stitching
@@ -762,6 +769,41 @@ def quality(args):
     print(f"| global in-memory MDAV | {time.process_time() - t:.1f} | {_il(Z, labels):.4f} |")
 
 
+def tree(args):
+    """The split tree's growth on the client: the one-core kernel against the pipeline's growth on the
+    client's cores, on the sample of each ``--rows`` (see the module's docstring)."""
+    import pandas as pd
+
+    from microagg import kernels
+    from microagg.pipeline import blocking
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    print(f"the client's cores: {len(os.sched_getaffinity(0))}; best of {args.repeat}, alternated\n")
+    print("| input rows | sample rows | blocks | one core s | cores s | ratio | same tree |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for rows in args.sizes:
+        source = make_extract(min(rows, 10_000_000), root)
+        X = np.ascontiguousarray(pd.read_parquet(source, columns=QI).to_numpy(dtype=np.float64))
+        target = min(2_000_000, max(20_000, 128 * rows // args.block_size))
+        _, threshold = blocking.sample_plan(len(X), args.block_size, target)
+        mask = np.ones(len(X), bool) if threshold is None else kernels.sample_mask(
+            np.arange(len(X), dtype=np.int64), 0, threshold)
+        Z = kernels.standardize(np.ascontiguousarray(X[mask]), X.mean(axis=0), X.std(axis=0))
+        del X
+        grow = (float(len(Z)) / rows, float(args.block_size), 5000.0, max(blocking.MIN_LEAF_SAMPLE, args.k), np.empty(0))
+        one, cores = [], []
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            a = kernels.grow_tree(Z, *grow)
+            one.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            b = blocking.grow_tree(Z, *grow)
+            cores.append(time.perf_counter() - t)
+        same = all(np.array_equal(x, y) for x, y in zip(a[:5], b[:5])) and a[5] == b[5]
+        print(f"| {rows:,} | {len(Z):,} | {a[5]:,} | {min(one):.3f} | {min(cores):.3f} | {min(one) / min(cores):.2f}x "
+              f"| {'yes' if same else 'NO'} |", flush=True)
+
+
 def _scale_rows(args):
     """The standardized QIs of ``scale``'s extract of ``--rows`` rows."""
     import pandas as pd
@@ -1149,7 +1191,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
                                          "evaluate", "quality", "floors", "small", "cpu", "files", "csv", "quotes",
-                                         "ties"))
+                                         "ties", "tree"))
     parser.add_argument("--dld-records", type=int, default=None,
                         help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -1187,12 +1229,12 @@ def main():
                         help="where to cache generated data (default: the temp directory)")
     args = parser.parse_args()
     args.sizes, args.rows = args.rows, args.rows[0]
-    if len(args.sizes) > 1 and args.mode not in ("sweep", "floors"):
-        parser.error("several --rows are for the sweep and floors modes only")
+    if len(args.sizes) > 1 and args.mode not in ("sweep", "floors", "tree"):
+        parser.error("several --rows are for the sweep, floors and tree modes only")
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
      "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality,
      "floors": floors, "small": small, "cpu": cpu, "files": files, "csv": csv_types, "quotes": quotes,
-     "ties": ties}[args.mode](args)
+     "ties": ties, "tree": tree}[args.mode](args)
 
 
 if __name__ == "__main__":
