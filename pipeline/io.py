@@ -1678,8 +1678,20 @@ def commit_output(tmp, output):
 
 
 def discard_output(tmp):
+    """Remove the temporary directory ``tmp`` of a job that did not finish.
+
+    It is renamed first (another temporary name of this job, which the next run cleans up if this one
+    dies meanwhile) and removed under that name: a task still running when the job stopped (a file of
+    ``generate`` or of the write being started) then fails to open its file instead of creating it in a
+    directory being removed, which made the removal fail and left the directory to the next run."""
     _Lease.end(tmp)
-    shutil.rmtree(tmp, ignore_errors=True)
+    head, name = os.path.split(tmp)
+    doomed = os.path.join(head, f"{name.rsplit('-', 1)[0]}-{uuid.uuid4().hex[:12]}")
+    try:
+        os.rename(tmp, doomed)
+    except OSError:  # gone already, or a filesystem that cannot: remove it where it is
+        doomed = tmp
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 LEASE = "_LEASE"

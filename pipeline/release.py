@@ -25,6 +25,7 @@ Stages (each timed in the report):
 Library code owns no cluster: it runs on the active Dask client or scheduler.
 """
 
+import atexit
 import hmac
 import importlib
 import json
@@ -1169,9 +1170,14 @@ def _enough_partitions(ddf):
     return ddf
 
 
+_ASIDE = []  # the threads of _import_aside still running, joined at exit
+
+
 def _import_aside(name):
     """Start importing the module ``name`` in a thread of its own; an import of it elsewhere waits for
-    that one to end (Python's import lock per module), or raises its error itself.
+    that one to end (Python's import lock per module), or raises its error itself. The process's exit
+    handlers wait for the thread (``microagg`` leaves with ``os._exit`` after them): matplotlib's first
+    import on a machine writes its font cache, which must not be cut short.
 
     The report's module imports matplotlib: 0.5-1 s of one core while the workers waited, before the
     statistics pass began (BENCHMARKS.md, thirty-fifth session)."""
@@ -1182,7 +1188,16 @@ def _import_aside(name):
         except Exception:  # the caller's own import raises it again, where it is handled
             pass
 
-    threading.Thread(target=load, name=f"microagg-import-{name}", daemon=True).start()
+    _ASIDE[:] = [t for t in _ASIDE if t.is_alive()]
+    thread = threading.Thread(target=load, name=f"microagg-import-{name}", daemon=True)
+    _ASIDE.append(thread)
+    thread.start()
+
+
+@atexit.register
+def _join_aside():
+    for thread in list(_ASIDE):
+        thread.join()
 
 
 def build_release(ddf, options, timings=None, identifier_key=None, columns=None, keep_input=True, row_check=None):

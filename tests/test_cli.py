@@ -2,6 +2,9 @@
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -203,6 +206,25 @@ def test_a_tight_memory_limit_spills_early_enough_to_leave_a_task_its_headroom()
     assert memory_thresholds("1.5GiB", 2)["distributed.worker.memory.spill"] == 0.4  # two tasks at a time: floor
     assert memory_thresholds("4GiB", 1) == {"distributed.worker.memory.spill": 0.7, "distributed.worker.memory.target": 0.6}
     assert memory_thresholds("auto", 1) == memory_thresholds(0, 1) == {}
+
+
+def test_a_job_refused_at_once_leaves_only_after_the_report_modules_import_aside(tmp_path):
+    """The report's module (matplotlib) is imported in a thread while the statistics pass reads; the
+    command leaves with os._exit, so a job refused in that pass must still wait for the import:
+    matplotlib's first import writes its font cache (a fresh MPLCONFIGDIR here), never cut short."""
+    source = tmp_path / "missing.csv"
+    source.write_text("a,b,c\n1,2,3\n4,,6\n7,8,9\n1,2,3\n4,5,6\n")
+    config = tmp_path / "mpl"
+    config.mkdir()
+    exe = Path(sys.executable).with_name("microagg")
+    proc = subprocess.run([str(exe), "anonymize", str(source), str(tmp_path / "out"), "--k", "2", "--scheduler",
+                           "synchronous"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "MPLCONFIGDIR": str(config)})
+    assert proc.returncode == 2 and "column 'b' has 1 row(s) with a missing (NaN) value" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    (cache,) = config.glob("fontlist-*.json")
+    assert json.loads(cache.read_text())["ttflist"]  # whole: every font found
+    assert not list(config.glob("*lock*"))
 
 
 def test_a_memory_limit_below_a_workers_idle_footprint_is_refused(tmp_path):

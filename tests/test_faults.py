@@ -307,6 +307,35 @@ def test_a_job_whose_terminal_closes_unwinds_and_leaves_nothing(tmp_path, data, 
         assert not out.exists()
 
 
+def test_a_discarded_temporary_directory_goes_although_a_task_still_writes_into_it(tmp_path):
+    """A stopped job's tasks may still be starting files in its temporary directory while the job
+    removes it (``generate`` stopped while it gathers: the test below left the directory about once in
+    a loaded run). Here a thread keeps creating files in it: nothing is left at all."""
+    out = tmp_path / "release"
+    tmp = io.prepare_output(str(out))
+    stop, created = threading.Event(), []
+
+    def task():
+        while not stop.is_set():
+            try:
+                with open(os.path.join(tmp, f"part-{len(created)}.parquet"), "wb") as fh:
+                    fh.write(b"PAR1" * 256)
+            except FileNotFoundError:
+                return
+            created.append(1)
+
+    writer = threading.Thread(target=task)
+    writer.start()
+    try:
+        while len(created) < 200:  # the writer is busy
+            time.sleep(0.001)
+        io.discard_output(tmp)
+    finally:
+        stop.set()
+        writer.join()
+    assert not os.path.exists(tmp) and not temporaries(out) and not out.exists()
+
+
 def test_a_job_interrupted_while_it_gathers_says_one_line(tmp_path):
     """SIGTERM while ``generate`` gathers its files (the first written, the others still running):
     exit 143, nothing at OUTPUT, and its one line on stderr. Dask's abandoned gather printed a "Task
