@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 import dask
 
+from .._cpu import usable_cores
+
 from . import flags
 
 log = logging.getLogger(__name__)
@@ -24,7 +26,7 @@ GIL, so a live worker answers well within 10 s."""
 
 
 def default_workers():
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return usable_cores()
 
 
 ALLOCATOR_THRESHOLDS = {"MALLOC_MMAP_THRESHOLD_": 16 * 2**20, "MALLOC_TRIM_THRESHOLD_": 32 * 2**20}

@@ -22,11 +22,11 @@ Dask partition, solved and stitched internally. The split planes above the task 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
-import os
 
 import numpy as np
 
 from .. import kernels
+from .._cpu import usable_cores
 
 ORDERS = ("kd", "pca", "zscore")
 BLOCK_SIZE = 2500
@@ -122,8 +122,7 @@ def grow_tree(Z, fraction, block_size, one_block_rows, min_child, fixed, threads
     The sample behind the tree grows with the input (up to 2M rows at 40M input rows and more), and the
     tree is grown while every worker waits: at 10M rows, 512,881 sample rows, about 1.2 s on one core.
     """
-    threads = threads or min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
-                             os.cpu_count() or 1)
+    threads = threads or min(8, usable_cores())
     if depth is None:
         depth = int(np.ceil(np.log2(threads))) if threads > 1 and len(Z) >= PARALLEL_SAMPLE else 0
     if depth == 0:

@@ -23,6 +23,7 @@ from dask.dataframe.io.csv import read_pandas
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 from pandas.errors import ParserError
 
+from .._cpu import usable_cores
 from . import interrupts
 from .errors import CSVParseError, CSVTypeChange, InputError, OutputBusyError, ReleaseGateError
 
@@ -1431,13 +1432,13 @@ def read_retyped(path, numbers, blocksize=None, csv=None, text=()):
 
 
 def cluster_cores():
-    """Threads of the current Dask client's workers, else this machine's cores."""
+    """Threads of the current Dask client's workers, else the cores this process may run on."""
     try:
         from distributed import default_client
 
         client = default_client()
     except (ImportError, ValueError):
-        return os.cpu_count() or 1
+        return usable_cores()
     return sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()) or 1
 
 

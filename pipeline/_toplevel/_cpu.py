@@ -21,6 +21,12 @@ LEVELS = {"x86-64-v2": V2, "x86-64-v3": V3, "x86-64-v4": V4}
 """LLVM's x86-64 microarchitecture levels and the /proc/cpuinfo flags each needs."""
 
 
+def usable_cores():
+    """The cores this process may run on (its CPU affinity: a Slurm allocation, a container's cpuset),
+    else the machine's."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
 def cpu_flags(path="/proc/cpuinfo", machine=None):
     """The CPU's feature flags (of its first processor), or None where the file is not there. An
     x86-64 level's flags are x86 flags: on another architecture (an ARM node) the set is empty."""

@@ -784,8 +784,8 @@ def tree(args):
     for rows in args.sizes:
         source = make_extract(min(rows, 10_000_000), root)
         X = np.ascontiguousarray(pd.read_parquet(source, columns=QI).to_numpy(dtype=np.float64))
-        target = min(2_000_000, max(20_000, 128 * rows // args.block_size))
-        _, threshold = blocking.sample_plan(len(X), args.block_size, target)
+        fraction, _ = blocking.sample_plan(rows, args.block_size)  # the pipeline's sample of this input
+        _, threshold = blocking.sample_plan(len(X), args.block_size, round(fraction * rows))
         mask = np.ones(len(X), bool) if threshold is None else kernels.sample_mask(
             np.arange(len(X), dtype=np.int64), 0, threshold)
         Z = kernels.standardize(np.ascontiguousarray(X[mask]), X.mean(axis=0), X.std(axis=0))
