@@ -121,6 +121,49 @@ def _data_files(urlpath):
     return fs, named or found
 
 
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+"""The directory value Hive and Spark give a partition of null keys."""
+
+
+def partition_keys(urlpath, fs, names):
+    """The Hive partition keys (``key=value`` directories) above the data files ``names`` of a
+    directory input ``urlpath``, in order (none for another input). Refuses, naming a file of each kind,
+    files under different keys (``x=1/a.parquet`` beside ``x=1/y=2/b.parquet``: Dask failed on
+    them), and a partition of null keys (``x=__HIVE_DEFAULT_PARTITION__/``: Dask cannot read it)."""
+    root = fs._strip_protocol(urlpath).rstrip("/")
+    if not names or any(not n.startswith(root + "/") for n in names):
+        return ()
+    layouts = {}
+    for name in names:
+        parts = name[len(root) + 1:].split("/")[:-1]
+        keys = tuple(p.split("=", 1)[0] for p in parts if "=" in p)
+        layouts.setdefault(keys, []).append(name)
+        null = [p.split("=", 1)[0] for p in parts if p.endswith("=" + HIVE_NULL)]
+        if null:
+            count = sum(HIVE_NULL in n for n in names)
+            raise InputError(f"the input holds a Hive partition of null {null[0]!r} ({null[0]}={HIVE_NULL}, "
+                             f"{count} file(s), e.g. {name}), which Dask cannot read; give its rows a value (or "
+                             f"move those files to an input of their own)")
+    if len(layouts) > 1:
+        found = "; ".join(f"{len(v)} file(s) under {', '.join(k) if k else 'no key'} (e.g. {v[0]})"
+                          for k, v in layouts.items())
+        raise InputError(f"the input's files lie under different Hive partition keys: {found}; every file of an "
+                         f"input must lie under the same key=value directories")
+    return next(iter(layouts))
+
+
+def hive_columns(keys, names, footers):
+    """Refuse a Hive partition key (``keys``: :func:`partition_keys`) that is also a column of the
+    input's files (``names``, ``footers``): Dask could not tell the two apart (the read failed, an
+    internal error)."""
+    for key in keys:
+        holding = [n for n, f in zip(names, footers) if key in f.schema.to_arrow_schema().names]
+        if holding:
+            raise InputError(f"column {key!r} is both a Hive partition directory ({key}=...) and a column of "
+                             f"{len(holding)} of the input's {len(names)} files (e.g. {holding[0]}); drop the "
+                             f"column from the files, or rename it")
+
+
 def input_bytes(path):
     """Bytes the input takes where it is stored (files or objects), without reading it."""
     fmt, urlpath = resolve_input(path)
@@ -134,14 +177,26 @@ def _footers(fs, names):
     milliseconds)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     def footer(name):
-        with fs.open(name, "rb") as fh:
-            return pq.ParquetFile(fh).metadata
+        try:
+            with fs.open(name, "rb") as fh:
+                return pq.ParquetFile(fh).metadata
+        except pa.ArrowInvalid as exc:  # not a Parquet file: no bytes, no footer (a writer that died)
+            return exc
 
     with ThreadPoolExecutor(min(16, len(names))) as pool:
-        return names, list(pool.map(footer, names))
+        found = list(pool.map(footer, names))
+    bad = [(name, exc) for name, exc in zip(names, found) if isinstance(exc, Exception)]
+    if bad and len(names) > 1:
+        name, exc = bad[0]
+        raise InputError(f"{len(bad)} of the input's {len(names)} files cannot be read as Parquet (e.g. {name}: "
+                         f"{exc}); remove them, or write them again")
+    if bad:
+        raise bad[0][1]
+    return names, found
 
 
 def same_columns(names, columns):
@@ -388,6 +443,39 @@ def common_schema(names, schemas):
     return pa.schema(fields, metadata=first.metadata)
 
 
+def unsigned_beyond(schema, names, footers):
+    """Refuse a column of a Parquet input that some files store as uint64 and its common ``schema``
+    (:func:`common_schema`) as a signed integer (Arrow widens uint64 and int64 to int64) if a value
+    of it may not fit: a row group's maximum beyond 2**63 - 1, or none recorded. Such values failed
+    the write, after the whole job (an internal error). ``names``, ``footers``: the files'."""
+    import pyarrow as pa
+
+    signed = {f.name for f in schema if pa.types.is_signed_integer(f.type)}
+    beyond = {}
+    for name, footer in zip(names, footers):
+        kinds = {}
+        for field in footer.schema.to_arrow_schema():
+            kinds.setdefault(field.name, field.type)
+        for i in range(footer.num_row_groups):
+            group = footer.row_group(i)
+            for j in range(group.num_columns):
+                chunk = group.column(j)
+                column = chunk.path_in_schema
+                if column not in signed or kinds.get(column) != pa.uint64() or not group.num_rows:
+                    continue
+                stats = chunk.statistics
+                top = stats.max if stats is not None and stats.has_min_max else None
+                if top is None or top > 2**63 - 1:
+                    found = beyond.setdefault(column, [name, top])
+                    if top is None or (found[1] is not None and top > found[1]):
+                        found[1] = top
+    for column, (name, top) in beyond.items():
+        value = "values it holds no statistics for" if top is None else f"values up to {top:,}"
+        raise InputError(f"column {column!r} is uint64 in some input files, with {value} (e.g. {name}), and a "
+                         f"signed integer in others: no one type holds both (int64 stops at 2**63 - 1); rewrite "
+                         f"the files with one type for it")
+
+
 def output_schema(input_schema, meta, qi, text=()):
     """The Arrow schema a release is written with, for Dask's ``to_parquet(schema=...)``: every column
     of the input file's type (a dictionary-encoded, nullable-integer, date, narrow or nested column
@@ -439,6 +527,35 @@ EXACT_FLOATS = "microagg_exact_floats"
 whose NaNs pandas' float64 would not tell from their nulls (both NaN, written back as nulls)."""
 
 
+PLAIN = "microagg_plain"
+"""The key, in the ``arrow_to_pandas`` options of a Parquet read, of the columns that some files store
+dictionary-encoded and others plain (:func:`plain_columns`): :class:`ExactIntegersEngine` decodes them,
+so every partition holds them in the plain files' type (pandas' categorical in some partitions and
+strings in others made the concatenation of adjacent small files fail, an internal error)."""
+
+
+def plain_columns(schema, schemas):
+    """The columns of a Parquet input's common ``schema`` (:func:`common_schema`) of a plain type that
+    are dictionary-encoded in some of its files (``schemas``)."""
+    import pyarrow as pa
+
+    coded = {f.name for s in schemas for f in s if pa.types.is_dictionary(f.type)}
+    return tuple(f.name for f in schema if f.name in coded and not pa.types.is_dictionary(f.type))
+
+
+def _decoded(table, names):
+    """``table`` with its dictionary-encoded columns among ``names`` decoded to their value type."""
+    import pyarrow as pa
+
+    for name in names:
+        i = table.schema.get_field_index(name)
+        field = table.schema.field(i)
+        if pa.types.is_dictionary(field.type):
+            table = table.set_column(i, field.with_type(field.type.value_type),
+                                     table.column(i).cast(field.type.value_type))
+    return table
+
+
 class ExactIntegersEngine(ArrowDatasetEngine):
     """Dask's pyarrow Parquet engine, reading the integer columns named in the ``arrow_to_pandas``
     options under :data:`EXACT_INTEGERS` (those that may hold a null: :func:`integers_with_nulls`) as
@@ -460,7 +577,14 @@ class ExactIntegersEngine(ArrowDatasetEngine):
         options = dict(kwargs.get("arrow_to_pandas") or {})
         exact = [c for c in options.pop(EXACT_INTEGERS, ()) if c in arrow_table.column_names]
         floats = [c for c in options.pop(EXACT_FLOATS, ()) if c in arrow_table.column_names]
+        plain = [c for c in options.pop(PLAIN, ()) if c in arrow_table.column_names]
         kwargs["arrow_to_pandas"] = options
+        if plain:  # dictionary-encoded in this file, plain in another: read as the plain files are
+            arrow_table = _decoded(arrow_table, plain)
+            if isinstance(categories, dict):
+                categories = {c: v for c, v in categories.items() if c not in plain} or None
+            elif categories:
+                categories = [c for c in categories if c not in plain] or None
         frame = super()._arrow_table_to_pandas(arrow_table, categories, dtype_backend=dtype_backend,
                                                convert_string=convert_string, **kwargs)
         for name in exact:
@@ -1038,23 +1162,33 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
     fmt, urlpath = resolve_input(path)
     blocksize = blocksize or CSV_BLOCKSIZE
     schema = problem = None
-    exact = ()
+    exact = plain = ()
     read_options = {}
     if fmt == "csv":
         files, csv = _csv_data_files(path, urlpath, csv or {})
     else:
         files = _data_files(urlpath)
+        keys = partition_keys(urlpath, *files)
         try:
             names, footers = _footers(*files)
+            hive_columns(keys, names, footers)
+        except InputError:
+            raise
         except Exception:  # unreadable footers fail the read itself, with its own message
             footers = None
         else:
+            schemas = [f.schema.to_arrow_schema() for f in footers]
             try:
-                schema = common_schema(names, [f.schema.to_arrow_schema() for f in footers])
+                schema = common_schema(names, schemas)
             except Exception as exc:  # raised once the read itself has not failed first
                 problem = exc
             else:
                 exact = integers_with_nulls(schema, footers)
+                plain = plain_columns(schema, schemas)
+                try:
+                    unsigned_beyond(schema, names, footers)
+                except InputError as exc:
+                    problem = exc
                 unit = int96_unit(files[0], names, footers)
                 if unit is not None:
                     import pyarrow as pa
@@ -1088,7 +1222,8 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
             unnamed = not any(f.lower().endswith(_PARQUET_SUFFIXES) for f in files[1])
             ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False,
                                   engine=ExactIntegersEngine, arrow_to_pandas={EXACT_INTEGERS: exact,
-                                                                               EXACT_FLOATS: tuple(floats)},
+                                                                               EXACT_FLOATS: tuple(floats),
+                                                                               PLAIN: plain},
                                   **read_options,
                                   **({"parquet_file_extension": None} if unnamed else {}))
     except (OSError, ValueError) as exc:
@@ -1108,12 +1243,31 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
     _warn_of_large_row_groups(names, footers)
     if problem is not None:
         raise problem
+    unnamed = [c for c in schema.names if re.fullmatch(r"__index_level_\d+__", c)]
+    if warn and unnamed:
+        log.warning("input %s: its files store an unnamed pandas index (%s, as pandas' to_parquet writes an index "
+                    "that is not a plain row number), which is not a column and is not released; name the index "
+                    "(df.index.name = ...) or make it a column (df.reset_index()) before writing the input to "
+                    "release it", path, ", ".join(unnamed))
     # the files' column order (Dask puts a stored index first), then any column Dask adds (a hive
     # partition's)
     names = [c for c in schema.names if c in ddf.columns]
     order = names + [c for c in ddf.columns if c not in schema.names]
     sizes = [sum(f.row_group(i).total_byte_size for i in range(f.num_row_groups)) for f in footers]
-    return _coalesced(ddf if order == list(ddf.columns) else ddf[order], sizes, PARQUET_BLOCKSIZE), schema
+    ddf = ddf if order == list(ddf.columns) else ddf[order]
+    numbers = _numeric_partitions(ddf._meta[order[len(names):]])
+    return _coalesced(ddf.astype(numbers) if numbers else ddf, sizes, PARQUET_BLOCKSIZE), schema
+
+
+def _numeric_partitions(meta):
+    """``{column: type}`` of the Hive partition columns (``meta``: Dask's frame of them) whose
+    directories name numbers (``year=2025``): read as those numbers, not as pandas' categorical of
+    them, so that such a column can be a quasi-identifier (it is released in the same Arrow type)."""
+    import pandas as pd
+
+    return {c: t.categories.dtype for c, t in meta.dtypes.items()
+            if isinstance(t, pd.CategoricalDtype) and pd.api.types.is_numeric_dtype(t.categories.dtype)
+            and not pd.api.types.is_bool_dtype(t.categories.dtype)}
 
 
 @contextlib.contextmanager

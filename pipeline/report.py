@@ -96,8 +96,9 @@ def histogram_edges(lo, hi, bins=BINS):
     from ``lo[j]`` to ``hi[j]`` (the minimum and maximum of column ``j``, non-finite values ignored),
     both rounded outward to a multiple of a tenth of the range's order of magnitude (0..1,234,567 ->
     0..1,300,000): the page does not print a record's exact extreme value (the largest income, say),
-    only the bin it falls in. A constant column gets ``[v - 0.5, v + 0.5]``; a column without any
-    finite value ``[-0.5, 0.5]``."""
+    only the bin it falls in. A constant column gets ``[v - 0.5, v + 0.5]`` (wider where float64
+    cannot tell ``bins`` edges so close apart: around a constant 1e20, or whole numbers near 2**63
+    that differ by a few units); a column without any finite value ``[-0.5, 0.5]``."""
     lo = np.atleast_1d(np.asarray(lo, dtype=np.float64))
     hi = np.atleast_1d(np.asarray(hi, dtype=np.float64))
     bins = int(bins)
@@ -109,8 +110,12 @@ def histogram_edges(lo, hi, bins=BINS):
         a, b = lo[j], hi[j]
         if not (math.isfinite(a) and math.isfinite(b)):
             a, b = 0.0, 0.0
-        if b <= a:
-            a, b = a - 0.5, a + 0.5
+        # narrower than this, the bins' edges would not be distinct numbers (a constant 1e20, or
+        # whole numbers near 2**63 a few units apart, which float64 holds as one value)
+        least = 4 * bins * float(np.spacing(max(abs(a), abs(b))))
+        if b - a <= least:
+            half = max(0.5, least)
+            a, b = a - half, a + half
         else:
             step = 10.0 ** (math.floor(math.log10(b - a)) - 1)
             a, b = math.floor(a / step) * step, math.ceil(b / step) * step

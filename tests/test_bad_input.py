@@ -289,6 +289,128 @@ def test_a_column_of_incompatible_types_across_files(tmp_path, small, column, qi
     assert f"'{column}'" in err and "no one type holds" in err and "1 file(s)" in err
 
 
+def _arrow_files(tmp_path, *tables, names=None):
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "extract"
+    for i, (table, name) in enumerate(zip(tables, names or [f"part-{i}.parquet" for i in range(len(tables))])):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, folder / name)
+    return folder
+
+
+def _qis(n, seed):
+    rng = np.random.default_rng(seed)
+    return {"a": rng.normal(size=n), "b": rng.normal(size=n)}
+
+
+@pytest.mark.parametrize("first", ["dictionary", "plain"])
+def test_strings_dictionary_encoded_in_one_file_and_plain_in_another(tmp_path, first):
+    """Small files are read together: a categorical partition beside a string one made the
+    concatenation fail (an internal error) when the dictionary-encoded file came first."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    coded = pa.table({**_qis(20, 0), "c": pa.array(["x", None] * 10).dictionary_encode()})
+    plain = pa.table({**_qis(20, 1), "c": pa.array(["y", "z"] * 10)})
+    tables = (coded, plain) if first == "dictionary" else (plain, coded)
+    out = tmp_path / "release"
+    microagg_cli("anonymize", _arrow_files(tmp_path, *tables), out, "--k", "3", "--qi", "a,b", "--no-html",
+                 "--no-evaluate", check=True)
+    released = pq.read_table(out)
+    assert released.schema.field("c").type == pa.string()
+    assert released.column("c").to_pylist() == tables[0].column("c").to_pylist() + tables[1].column("c").to_pylist()
+
+
+def test_a_uint64_column_beyond_int64_in_one_file_and_int64_in_another(tmp_path):
+    """Arrow widens uint64 and int64 to int64: a value of 2**64 - 1 failed the write after the whole job."""
+    import pyarrow as pa
+
+    signed = pa.table({**_qis(20, 0), "key": pa.array(range(20), pa.int64())})
+    large = pa.table({**_qis(20, 1), "key": pa.array([2**64 - 1 - i for i in range(20)], pa.uint64())})
+    err = _fails(tmp_path, _arrow_files(tmp_path, signed, large), "--k", "3", "--qi", "a,b")
+    assert "'key'" in err and "uint64" in err and "18,446,744,073,709,551,615" in err and "part-1.parquet" in err
+    small = pa.table({**_qis(20, 1), "key": pa.array(range(20, 40), pa.uint64())})  # fits: released as int64
+    out = tmp_path / "fits"
+    microagg_cli("anonymize", _arrow_files(tmp_path / "other", signed, small), out, "--k", "3", "--qi", "a,b",
+                 "--no-html", "--no-evaluate", "--scheduler", "synchronous", check=True)
+    assert pd.read_parquet(out)["key"].tolist() == list(range(40))
+
+
+@pytest.mark.parametrize("content", [b"", b"not a parquet file"])
+def test_a_file_of_a_directory_input_that_is_not_parquet(tmp_path, content):
+    """A file of no bytes or without a footer (a writer that died) beside good ones: an internal error
+    at the read before."""
+    import pyarrow as pa
+
+    source = _arrow_files(tmp_path, pa.table(_qis(20, 0)))
+    (source / "part-1.parquet").write_bytes(content)
+    err = _fails(tmp_path, source, "--k", "3", "--qi", "a,b")
+    assert "1 of the input's 2 files cannot be read as Parquet" in err and "part-1.parquet" in err
+
+
+@pytest.mark.parametrize("layout, said", [
+    (["x=1/part.parquet", "x=1/y=2/part.parquet"], "lie under different Hive partition keys"),
+    (["x=1/part.parquet", "x=__HIVE_DEFAULT_PARTITION__/part.parquet"], "a Hive partition of null 'x'"),
+    (["x=1/part.parquet", "x=2/part.parquet"], "column 'x' is both a Hive partition directory"),
+])
+def test_hive_directories_dask_cannot_read(tmp_path, layout, said):
+    """Partition directories at different depths, a partition of null keys, a key that the files also
+    hold as a column: each failed inside Dask (an internal error)."""
+    import pyarrow as pa
+
+    extra = {"x": pa.array([1] * 20, pa.int64())} if "both" in said else {}
+    source = _arrow_files(tmp_path, *[pa.table({**_qis(20, i), **extra}) for i in range(2)], names=layout)
+    err = _fails(tmp_path, source, "--k", "3", "--qi", "a,b")
+    assert said in err and "e.g. " in err
+
+
+def test_a_numeric_hive_partition_column_can_be_a_quasi_identifier(tmp_path):
+    """Dask reads ``year=2020/`` directories as a categorical column, which was refused as a QI (not
+    numeric, and "store it as numbers" cannot be done to a directory's name)."""
+    import pyarrow as pa
+
+    layout = [f"year={y}/part.parquet" for y in (2020, 2021, 2022)]
+    source = _arrow_files(tmp_path, *[pa.table(_qis(20, i)) for i in range(3)], names=layout)
+    out = tmp_path / "release"
+    microagg_cli("anonymize", source, out, "--k", "3", "--qi", "a,b,year", "--no-html", "--no-evaluate", check=True)
+    released = pd.read_parquet(out)
+    assert released.groupby(["a", "b", "year"]).size().min() >= 3
+    assert released["year"].between(2020, 2022).all() and released["year"].nunique() > 3  # aggregated
+    kept = tmp_path / "kept"
+    microagg_cli("anonymize", source, kept, "--k", "3", "--qi", "a,b", "--no-html", "--no-evaluate", check=True)
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(kept).column("year").to_pylist() == [2020] * 20 + [2021] * 20 + [2022] * 20
+
+
+def test_an_unnamed_pandas_index_is_said_to_be_left_out(tmp_path):
+    """pandas stores an unnamed index that is not a row number (dates, say) as ``__index_level_0__``;
+    Dask's read leaves it out, and the release lost it without a word."""
+    frame = pd.DataFrame(_qis(20, 0), index=pd.date_range("2020-01-01", periods=20))
+    frame.to_parquet(tmp_path / "in.parquet")
+    proc = microagg_cli("anonymize", tmp_path / "in.parquet", tmp_path / "release", "--k", "3", "--no-html",
+                        "--no-evaluate", check=True)
+    assert "unnamed pandas index (__index_level_0__" in proc.stderr and "df.reset_index()" in proc.stderr
+    assert list(pd.read_parquet(tmp_path / "release").columns) == ["a", "b"]
+    frame.reset_index().to_parquet(tmp_path / "plain.parquet")  # made a column: released, no warning
+    proc = microagg_cli("anonymize", tmp_path / "plain.parquet", tmp_path / "again", "--k", "3", "--qi", "a,b",
+                        "--no-html", "--no-evaluate", check=True)
+    assert "pandas index" not in proc.stderr
+    assert (pd.read_parquet(tmp_path / "again")["index"] == frame.index).all()
+
+
+def test_a_constant_qi_of_a_large_magnitude_is_released(tmp_path):
+    """A constant 1e20: the report's histogram edges were all one number (a division by zero)."""
+    import pyarrow as pa
+
+    out = tmp_path / "release"
+    source = _arrow_files(tmp_path, pa.table({"a": [1e20] * 30, "b": _qis(30, 0)["b"]}))
+    microagg_cli("anonymize", source, out, "--k", "3", "--qi", "a,b", "--no-evaluate", check=True)
+    released = pd.read_parquet(out)
+    assert (released["a"] == 1e20).all() and released.groupby("b").size().min() >= 3
+
+
 def test_files_of_different_numeric_types_are_released_in_the_wider_type(tmp_path, small):
     """int64 in one file, float64 in another (not a QI): the column comes out float64, values intact."""
     other = small[6:].assign(id=small["id"][6:] + 0.5)

@@ -187,6 +187,19 @@ def test_bin_counts_of_values_outside_the_edges_weights_and_missing_values():
     assert report.bin_counts(values[:5], edges, [1, 2, 3, 4, 5]).tolist() == [[3, 12]]
 
 
+
+@pytest.mark.parametrize("lo, hi", [(1e20, 1e20), (-3e300, -3e300), (float(2**63 - 4096), float(2**63)), (0.0, 0.0)])
+def test_a_constant_column_of_any_magnitude_gets_distinct_edges(lo, hi):
+    """A constant 1e20 (or whole numbers near 2**63 that float64 nearly merges) got v +- 0.5 = v: every
+    edge the same number, and the bin kernel divided by a range of 0 (a release's internal error)."""
+    edges = report.histogram_edges([lo], [hi])
+    assert (np.diff(edges[0]) > 0).all()
+    assert edges[0, 0] <= lo and hi <= edges[0, -1]
+    if lo == 0.0:
+        assert edges[0, [0, -1]].tolist() == [-0.5, 0.5]  # the usual width where it is wide enough
+    values = np.array([[lo], [hi]])
+    assert report.bin_counts(values, edges).sum() == 2
+
 @pytest.fixture(scope="module")
 def blocked_input(tmp_path_factory):
     """6000 synthetic records in three Parquet files (three input partitions)."""
