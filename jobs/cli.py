@@ -47,7 +47,8 @@ def _add_anonymize(sub):
                         "twice and released as their means; k counts values, records are not k-anonymous (the "
                         "report gives the real anonymity k')")
     p.add_argument("--qi", default=None, metavar="COL,COL,...",
-                   help="quasi-identifier columns; default: every numeric column not named in --identifiers")
+                   help="quasi-identifier columns; default (without --qi): every numeric column not named in "
+                        "--identifiers, --weights or --strata")
     p.add_argument("--identifiers", default="", metavar="COL,...", help="direct identifiers, dropped from the release")
     p.add_argument("--aggregate", default="mean", choices=("mean", "median", "trimmed"),
                    help="the centroid that replaces a group's values (default mean); trimmed: the mean of "
@@ -80,7 +81,8 @@ def _add_anonymize(sub):
                    help='release only the rows whose released QI values meet CONDITION, e.g. '
                         '"AGE >= 40 and AGE <= 50" (quasi-identifier columns only: whole groups are kept)')
     p.add_argument("--report", default=None, metavar="PATH",
-                   help="where to write the JSON report (default OUTPUT/_report.json)")
+                   help="where to write the JSON report (default OUTPUT/_report.json); not an input file, nor "
+                        "inside the input, nor OUTPUT")
     p.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
                    help="also write the report as one self-contained HTML page with plots of the original and "
                         "released data (default on): OUTPUT/_report.html, or beside --report PATH (suffix .html). "
@@ -148,7 +150,7 @@ def _add_anonymize(sub):
                         "between tasks are stitched in a second, parallel stage")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the sample that shapes the blocks and of seeded methods and refinements (each "
-                        "block's seed derives from it and the block id; default 0)")
+                        "block's seed derives from it and the block id; 0 to 2**63-1, default 0)")
     p.add_argument("--hash-identifiers", action="store_true",
                    help="replace identifiers by their keyed HMAC-SHA256 instead of dropping them (a missing "
                         "identifier stays missing); the key is read from the environment variable "
@@ -194,6 +196,7 @@ def _anonymize(args):
                       one_block_rows="one_block_rows", rows_per_file="rows_per_file")),
     )
     csv = csv_flags(args)
+    _check_anonymize(args, options)
     evaluation = None
     unpaired = not_evaluable(options)
     if args.evaluate and unpaired:
@@ -239,6 +242,29 @@ def _anonymize(args):
     return EXIT_OK
 
 
+def _check_anonymize(args, options):
+    """The checks of ``anonymize``'s flags that need no data (before a cluster starts or the input is
+    read): an empty ``--qi``, the seed's range, the method's and refinement's option values, and the
+    report paths (not an input file, not inside the input, not the release directory, not one path
+    twice)."""
+    from ..pipeline.errors import InputError
+    from ..pipeline.release import html_path
+    from ..pipeline.validation import check_method_options, check_seed, report_path_problems
+
+    if args.qi is not None and not options.quasi_identifiers:
+        raise InputError(f"--qi {args.qi!r} names no column; omit --qi for the default (every numeric column not "
+                         f"named elsewhere)")
+    check_seed(args.seed)
+    check_method_options(options.method, options.method_options, options.refine, options.refine_options)
+    if args.report is not None:
+        reports = [("--report", args.report)]
+        if args.html:
+            reports.append(("--html (the page beside --report)", html_path(args.output, args.report)))
+        problems = report_path_problems([args.input], args.output, reports)
+        if problems:
+            raise InputError("; ".join(problems))
+
+
 def _given(args, **names):
     """``(option, value)`` pairs of the flags the user gave (sorted), for the method or refinement."""
     return tuple(sorted((option, getattr(args, attr)) for option, attr in names.items()
@@ -269,8 +295,39 @@ def _say(args, text):
         logs.say(text)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), whose usage errors are one JSON ``failed`` event on
+    stderr when the command line asks for ``--log-format json`` (argparse's usage text otherwise);
+    exit code 2 either way."""
+
+    json_errors = False
+
+    def error(self, message):
+        if not _Parser.json_errors:
+            super().error(message)
+        words = self.prog.split()
+        command = words[1] if len(words) > 1 else None
+        logs.emit_failed(command, 2, "ArgumentError", f"{self.prog}: {message} (see {self.prog} --help)")
+        self.exit(2)
+
+
+def _asks_for_json(argv):
+    """True if the global flags of ``argv`` (before the command) ask for ``--log-format json``, as
+    argparse reads them (``--log-format json``, ``--log-format=json``, an unambiguous prefix)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for i, token in enumerate(argv):
+        if not token.startswith("-"):
+            return False  # the command: global flags come before it
+        name, _, value = token.partition("=")
+        if len(name) > 2 and "--log-format".startswith(name):
+            value = value if "=" in token else (argv[i + 1] if i + 1 < len(argv) else "")
+            if value == "json":
+                return True
+    return False
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="microagg", description="Scalable microaggregation on Dask and Numba.")
+    parser = _Parser(prog="microagg", description="Scalable microaggregation on Dask and Numba.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     parser.add_argument("--quiet", action="store_true", help="print nothing on success")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
@@ -290,7 +347,11 @@ COMMANDS = {"anonymize": _anonymize, "methods": _methods, "generate": generate.r
 
 def main(argv=None):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    _Parser.json_errors = _asks_for_json(argv)
+    try:
+        args = parser.parse_args(argv)
+    finally:
+        _Parser.json_errors = False
     if not args.debug:
         # Dask's own INFO chatter (scheduler, nannies, shuffles) is not for a job's console; the
         # environment variable reaches the worker processes too.

@@ -55,6 +55,18 @@ def add_parser(sub):
     return p
 
 
+def _check_paths(args, page):
+    """The seed's range, and the report (and its page) not overwriting either file compared."""
+    from ..pipeline.errors import InputError
+    from ..pipeline.validation import check_seed, report_path_problems
+
+    check_seed(args.seed)
+    problems = report_path_problems([args.original, args.masked], None,
+                                    [("--report", args.report), ("--html (the page beside --report)", page)])
+    if problems:
+        raise InputError("; ".join(problems))
+
+
 def run(args):
     from ..pipeline import evaluate, metrics
     from .cluster import dask_client
@@ -65,6 +77,7 @@ def run(args):
         options["block_rows"] = args.block_rows
     id_percent = metrics.ID_PERCENT if args.id_percent is None else args.id_percent
     evaluate.check_report_path(args.report, args.html)  # before a cluster starts
+    _check_paths(args, evaluate.html_path(args.report) if args.html else None)
     csv = csv_flags(args)
     with dask_client(args.scheduler, workers=args.workers, threads_per_worker=args.threads_per_worker,
                      memory_limit=args.memory_limit, processes=args.processes,

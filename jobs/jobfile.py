@@ -33,7 +33,7 @@ Sections and keys (``*``: required)::
     release_where    condition on the released QI values, e.g. "AGE >= 40"
     refine           a refinement of `microagg methods` (default "none")
     stitch           "light" | "fast" | "deep"; order "kd" | "pca" | "zscore"
-    block_size, blocks_per_task, one_block_rows, sample_rows, seed   integers
+    block_size, blocks_per_task, one_block_rows, sample_rows, seed   integers (seed: 0 to 2**63-1)
     hash_identifiers true: identifiers replaced by their HMAC-SHA256 under $MICROAGG_HMAC_KEY
     grow "nn"|"nc", gamma, eps, mhm_order "mdav"|"npn"|"md"|"cbfs", univariate_grouping
     "optimal"|"fixed", remainder "separate"|"merge", portfolio "race"|"full"
@@ -70,7 +70,8 @@ directory; fsspec URLs (``scheme://...``) and ``example:NAME`` are left as they 
 Paths: missing parent directories of the release and of report paths are created at run time, after
 the job validated (and removed again if the job fails while they are still empty). A report path
 inside the release must name a file directly in the release directory whose name starts with ``_``
-(so Parquet readers skip it). The release must not lie inside the input directory.
+(so Parquet readers skip it). The release must not lie inside the input directory; a report path must
+not be an input file, lie inside the input, be the release directory or another report's path.
 """
 
 import difflib
@@ -83,6 +84,7 @@ from datetime import date as _date
 from datetime import datetime, timezone
 
 from ..pipeline.errors import InputError
+from ..pipeline.validation import SEED_MAX
 from .flags import RELEASE_DLD_RECORDS, WORKER_TIMEOUT
 
 TEMPLATES = ("date", "job")
@@ -123,9 +125,13 @@ def _show(value):
         return repr(value)
 
 
-def _integer(minimum=None):
+def _integer(minimum=None, maximum=None, shown=None):
+    """An integer in ``minimum..maximum`` (``shown``: the range as the message says it)."""
     def check(value):
-        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum) \
+                or (maximum is not None and value > maximum):
+            if shown:
+                raise _Bad(f"must be an integer from {shown}")
             raise _Bad("must be an integer" + (f" >= {minimum}" if minimum is not None else ""))
         return value
     return check
@@ -312,7 +318,7 @@ SCHEMA = {
         "blocks_per_task": Key(_integer(1)),
         "one_block_rows": Key(_integer(0)),
         "sample_rows": Key(_integer(1)),
-        "seed": Key(_integer(0)),
+        "seed": Key(_integer(0, SEED_MAX, f"0 to 2**63-1 ({SEED_MAX})")),
         "hash_identifiers": Key(_boolean),
         # method options (the method must take them: checked by the pipeline's Solver)
         "grow": Key(_choice(("nn", "nc"))),
@@ -625,9 +631,11 @@ def _check_combinations(job, values):
                       f"remove it or choose another path")
     if not _is_url(job.input) and (clash := io.overlap(job.input, output)):
         errors.append(f"[output] path: {clash}")
+    clashes = report_clashes(job, output)
+    errors += clashes
     for key, path in (("json", job.report), ("html", job.html), ("evaluation", job.evaluation)):
-        if path is None or _is_url(path):
-            if path is not None:
+        if path is None or _is_url(path) or any(e.startswith(f"[report] {key}:") for e in clashes):
+            if path is not None and _is_url(path):
                 errors.append(f"[report] {key}: must be a local path, got {_show(path)}")
             continue
         inside = os.path.abspath(path).startswith(output + os.sep)
@@ -638,6 +646,24 @@ def _check_combinations(job, values):
         elif os.path.isdir(path):
             errors.append(f"[report] {key}: {path!r} is a directory; give a file name")
     return errors
+
+
+def report_clashes(job, output):
+    """The ``[report]`` paths that would overwrite the input or another file of the job
+    (:func:`pipeline.validation.report_path_problems`): a report that is an input file, lies inside
+    the input or holds it, is (or holds) the release directory, or is the path of another report."""
+    from ..pipeline.release import html_path
+    from ..pipeline.validation import report_path_problems
+
+    local = lambda path: path if path is not None and not _is_url(path) else None  # noqa: E731
+    reports = [("[report] json", local(job.report) or os.path.join(output, DEFAULT_REPORT))]
+    if job.html is not None and job.report is not None and local(job.report):
+        beside = html_path(output, job.report)  # the release writes its page beside the JSON report
+        if os.path.realpath(beside) != os.path.realpath(job.html):
+            reports.append(("[report] html (the page beside [report] json)", beside))
+    reports += [("[report] html", local(job.html)), ("[report] evaluation", local(job.evaluation))]
+    inputs = [] if _is_url(job.input) else [job.input]
+    return report_path_problems(inputs, output, reports)
 
 
 # --- checks by the pipeline's validators ----------------------------------------------------------------
@@ -676,6 +702,7 @@ def check_options(job):
     import pandas as pd
 
     from ..pipeline.release import plan
+    from ..pipeline.validation import check_method_options
 
     options = job.options
     numeric = set(options.quasi_identifiers or ()) | {c for b in options.attribute_blocks for c in b}
@@ -689,6 +716,7 @@ def check_options(job):
         numeric.update(implied)
     frame = pd.DataFrame({c: pd.Series([], dtype="float64" if c in numeric else "object") for c in columns})
     try:
+        check_method_options(options.method, options.method_options, options.refine, options.refine_options)
         qi, _ = plan(dd.from_pandas(frame, npartitions=1), options)
     except InputError as exc:
         raise job_error(job, "anonymize", exc) from None

@@ -18,9 +18,9 @@
   ``message``, for a bad job file ``errors`` (one per bad key) and, with ``--debug``, ``traceback``.
 
 Python warnings are routed through logging (``py.warnings``) so they are JSON too. What is not
-covered: argparse's usage errors (printed before the format is known; exit 2), the progress line
-``microagg anonymize`` draws on a terminal (never in a scheduler, which is not a terminal) and the
-stderr of separate worker processes (``--processes``). Standard output is unchanged (the human
+covered: the stderr of separate worker processes (``--processes``). argparse's usage errors are a
+``failed`` event too (``error: "ArgumentError"``, exit code 2), and no progress line is drawn on a
+terminal in this mode. Standard output is unchanged (the human
 summary; ``--quiet`` silences it).
 
 The text format is the one ``microagg`` always had: warnings and errors as
@@ -187,6 +187,13 @@ def say(text, stream="stdout"):
 def _emit(entry):
     entry = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), **entry}
     say(dumps(entry), "stderr")
+
+
+def emit_failed(command, code, error, message):
+    """A ``failed`` event for a failure before the log format is set up (argparse's usage errors of a
+    ``--log-format json`` command line): the shape of :func:`failed`'s."""
+    _emit({"level": "ERROR", "logger": "microagg", "message": message, "event": "failed", "command": command,
+           "exit_code": code, "error": error})
 
 
 def finished(args, code):

@@ -57,13 +57,13 @@ def task_counts(client):
 
 def reporting(client, quiet=False):
     """The progress of a job on ``client`` (None: no cluster): the status line on a terminal, the
-    ``progress`` records with the JSON log format, else nothing."""
+    ``progress`` records with the JSON log format (never the status line: stderr is then JSON only), else nothing."""
     from . import logs
 
+    if logs.is_json():  # one JSON object per line on stderr: no status line drawn there, even on a terminal
+        return LogProgress(client)
     if wanted() and not quiet:
         return StageProgress(client)
-    if logs.is_json():
-        return LogProgress(client)
     return contextlib.nullcontext()
 
 

@@ -27,7 +27,9 @@ from .validation import (
     check_missing,
     attribute_blocks as check_attribute_blocks,
     check_k,
+    check_method_options,
     check_noise,
+    check_seed,
     check_release_where,
     check_weight_values,
     check_weights,
@@ -88,6 +90,8 @@ def partition(X, k, method="mdav", *, refine="none", standardized=False, method_
     """
     X = as_float_matrix(X)
     k = check_k(k, X.shape[0])
+    check_seed(seed, "seed")
+    check_method_options(method, method_options, refine, refine_options)
     solver = Solver.build(method, method_options, refine, refine_options, seed)
     plan, stitching = _blocking(blocking, k, seed)
     Z = X if standardized else standardize(X)[0]
@@ -259,6 +263,8 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     """
     import dask.dataframe as dd
 
+    check_seed(seed, "seed")
+    check_method_options(method, method_options, refine, refine_options)
     if isinstance(df, dd.DataFrame):
         from .release import ReleaseOptions, build_release
 
@@ -280,7 +286,7 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     if blocks and release_where:
         raise InputError("release_where cannot be combined with attribute blocks: a condition on one block's "
                          "values would split the groups of the other blocks")
-    qi, ids, non_numeric = resolve_columns(df.dtypes, named, identifiers)
+    qi, ids, non_numeric = resolve_columns(df.dtypes, named, identifiers, (weights, *(strata or ())))
     if non_numeric:
         raise non_numeric_error(non_numeric[0], df[non_numeric[0]])
     check_release_where(release_where, qi, df.iloc[:0])

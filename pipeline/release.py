@@ -170,7 +170,7 @@ def plan(ddf, options):
     if blocks and options.release_where:
         raise InputError("--release-where cannot be combined with --blocks: a condition on one block's values "
                          "would split the groups of the other blocks")
-    qi, ids, non_numeric = resolve_columns(ddf.dtypes, named, options.identifiers)
+    qi, ids, non_numeric = resolve_columns(ddf.dtypes, named, options.identifiers, (options.weights, *options.strata))
     if non_numeric:
         column = non_numeric[0]
         raise non_numeric_error(column, ddf[column])

@@ -4,6 +4,8 @@ Every message names the column, the problem and the count of offending rows, so 
 fix the input without reading code.
 """
 
+import math
+import os
 import re
 
 import numpy as np
@@ -143,7 +145,7 @@ def _names(value, option):
     return names
 
 
-def resolve_columns(dtypes, quasi_identifiers=None, identifiers=()):
+def resolve_columns(dtypes, quasi_identifiers=None, identifiers=(), others=()):
     """Decide the QI and identifier columns from the column dtypes alone (no data is read).
 
     Parameters
@@ -152,6 +154,7 @@ def resolve_columns(dtypes, quasi_identifiers=None, identifiers=()):
     quasi_identifiers : list of names, comma-separated string or None (every numeric column not
         named as an identifier)
     identifiers : names of direct identifiers, dropped from the release
+    others : the columns of the other roles (weights, strata): never default quasi-identifiers
 
     Returns
     -------
@@ -160,6 +163,8 @@ def resolve_columns(dtypes, quasi_identifiers=None, identifiers=()):
     """
     columns = [str(c) for c in dtypes.index]
     qi = _names(quasi_identifiers, "--qi")
+    if qi is not None and not qi:
+        raise InputError("--qi names no column; omit --qi for the default (every numeric column not named elsewhere)")
     ids = _names(identifiers, "--identifiers") or []
     for option, names in (("--qi", qi or []), ("--identifiers", ids)):
         missing = [n for n in names if n not in columns]
@@ -172,7 +177,8 @@ def resolve_columns(dtypes, quasi_identifiers=None, identifiers=()):
     if both:
         raise InputError(f"column(s) {', '.join(map(repr, both))} named both as quasi-identifier and identifier")
     if qi is None:
-        qi = [c for c in columns if c not in ids and _is_numeric(dtypes[c])]
+        roles = {*ids, *(c for c in others if c is not None)}
+        qi = [c for c in columns if c not in roles and _is_numeric(dtypes[c])]
         if not qi:
             raise InputError("the input has no numeric column to use as a quasi-identifier; name them with --qi")
     non_numeric = [c for c in qi if not _is_numeric(dtypes[c])]
@@ -273,3 +279,138 @@ def as_float_matrix(X):
     if X.ndim != 2:
         raise TypeError(f"expected a 2-D array (rows x attributes), got {X.ndim} dimensions")
     return np.ascontiguousarray(X, dtype=np.float64)
+
+
+SEED_MAX = 2**63 - 1
+"""The largest seed: seeds are mixed as 64-bit integers by the kernels (``kernels.splitmix64``,
+``kernels.sample_mask``), which take 0..2**63-1."""
+
+
+def check_seed(seed, option="--seed"):
+    """``seed`` is an integer in ``0..SEED_MAX``; ``option``: its name in the message."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= SEED_MAX:
+        raise InputError(f"{option} must be an integer from 0 to 2**63-1 ({SEED_MAX}), got {seed!r}")
+    return int(seed)
+
+
+# method / refinement option -> the CLI flag that sets it (the job file's key is the flag's name)
+OPTION_FLAGS = {"grow": "--grow", "gamma": "--gamma", "eps": "--eps", "mhm_order": "--mhm-order",
+                "grouping": "--univariate-grouping", "remainder": "--remainder", "portfolio": "--portfolio",
+                "iterations": "--iterations", "time_budget": "--time-budget"}
+
+
+def _option_value_checks():
+    """``name -> check(owner, value, options)`` of the method and refinement options: each raises an
+    :class:`InputError` for a value the method / refinement would refuse when it runs (the same
+    checks, or the same rules where the method checks inside its call)."""
+    from . import methods, mic1d, sequence
+
+    def positive(owner, name, value, allow_none=True):
+        if value is None and allow_none:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(value) or value <= 0:
+            raise InputError(f"{owner} option {name} must be a finite number > 0, got {value!r}")
+
+    def choice(name, values):
+        def check(owner, value, options):
+            if not isinstance(value, str) or value not in values:
+                raise InputError(f"{owner} option {name} must be one of {', '.join(values)}; got {value!r}")
+        return check
+
+    def iterations(owner, value, options):
+        if value is None and options.get("time_budget") is not None:
+            return
+        methods._int_option(owner, "iterations", value, 1)
+
+    return {
+        "grow": lambda owner, value, options: methods._grow_nc(owner, value),
+        "gamma": lambda owner, value, options: methods._real_option(owner, "gamma", value, 0.0),
+        "eps": lambda owner, value, options: positive(owner, "eps", value),
+        "mhm_order": choice("mhm_order", methods.MHM_ORDERS),
+        "grouping": lambda owner, value, options: sequence.grouping_of("univariate", {"grouping": value}),
+        "remainder": lambda owner, value, options: mic1d.merge_of({"remainder": value}),
+        "portfolio": choice("portfolio", methods.PORTFOLIOS),
+        "seed": lambda owner, value, options: check_seed(value, f"{owner} option seed"),
+        "macro": lambda owner, value, options: methods._int_option(owner, "macro", value, 1),
+        "population": lambda owner, value, options: methods._int_option(owner, "population", value, 1),
+        "generations": lambda owner, value, options: methods._int_option(owner, "generations", value, 0),
+        "crossover": lambda owner, value, options: methods._real_option(owner, "crossover", value, 0.0, 1.0),
+        "mutation": lambda owner, value, options: methods._real_option(owner, "mutation", value, 0.0, 1.0),
+        "sweeps": lambda owner, value, options: methods._int_option(owner, "sweeps", value, 0),
+        "iterations": iterations,
+        "time_budget": lambda owner, value, options: positive(owner, "time_budget", value),
+        "criterion": choice("criterion", methods.DECOMPOSITION_CRITERIA),
+    }
+
+
+def check_method_options(method, method_options=None, refine="none", refine_options=None):
+    """The method's and the refinement's names and options, their values included, checked before
+    anything is read (the methods check some values only when they run, on the first block). A
+    message names the option's flag (``--gamma: vmdav option gamma must be ...``) where it has one."""
+    from .solver import Solver
+
+    Solver.build(method, dict(method_options or ()), refine, dict(refine_options or ()))  # names, options taken
+    checks = _option_value_checks()
+    for owner, options in ((method, dict(method_options or ())), (refine, dict(refine_options or ()))):
+        for name, value in sorted(options.items()):
+            check = checks.get(name)
+            if check is None:
+                continue
+            try:
+                check(owner, value, options)
+            except InputError as exc:
+                flag = OPTION_FLAGS.get(name)
+                raise InputError(f"{flag}: {exc}" if flag else str(exc)) from None
+
+
+def report_path_problems(inputs, output, reports):
+    """Why the report files cannot be written where they are asked: a list of messages (empty: none),
+    each starting with the label of the path it is about.
+
+    Parameters
+    ----------
+    inputs : the input paths (local paths or globs; URLs and ``example:`` are skipped)
+    output : the release directory, or None (``microagg evaluate`` writes no release)
+    reports : ``(label, path)`` pairs of the files written besides the release (None paths skipped),
+        each with its label as the user spells it (``--report``, ``[report] json``)
+
+    A report must not be an input file, lie inside the input or hold it (the rule of
+    :func:`pipeline.io.overlap` for the release: symbolic links followed, globs expanded), must not be
+    the release directory or hold it, and no two of the release and the reports may be one path.
+    """
+    from . import io
+
+    problems = []
+    seen = {}
+    release = os.path.realpath(output) if output is not None else None
+    if release is not None:
+        seen[release] = "the release directory"
+    for label, path in reports:
+        if path is None or not io.is_local(path):
+            continue
+        real = os.path.realpath(path)
+        if os.path.isdir(real) and real != release:
+            problems.append(f"{label}: {str(path)!r} is a directory; give a file name")
+            continue
+        for source in inputs:
+            if source is not None and io.overlap(source, path):
+                files = {os.path.realpath(p) for p in io.local_paths(source)}
+                where = ("is an input file" if real in files else
+                         "holds the input" if any(f.startswith(real.rstrip(os.sep) + os.sep) for f in files) else
+                         "lies inside the input")
+                problems.append(f"{label}: {str(path)!r} {where} {str(source)!r}; writing the report there would "
+                                f"overwrite input data")
+                break
+        if release is not None and real == release:
+            problems.append(f"{label}: {str(path)!r} is the release directory {str(output)!r}; give a file name")
+            continue
+        if release is not None and release.startswith(real.rstrip(os.sep) + os.sep):
+            problems.append(f"{label}: {str(path)!r} holds the release {str(output)!r}; give a file name")
+            continue
+        if real in seen:
+            problems.append(f"{label}: {str(path)!r} is also {seen[real]}; each report needs its own file")
+        else:
+            seen[real] = label
+    return problems
+

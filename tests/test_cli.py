@@ -250,3 +250,95 @@ def test_the_command_leaves_with_its_output_flushed_and_its_exit_code(tmp_path):
     last = json.loads(failed.stderr.strip().splitlines()[-1])
     assert failed.returncode == last["exit_code"] == 2
     assert not (tmp_path / "other").exists()
+
+
+# --- options refused up front (exit 2, the flag named, nothing read or written) --------------------------
+
+def test_a_report_path_over_an_input_file_is_refused_and_the_input_kept(tmp_path, extract):
+    path, df = extract
+    data = tmp_path / "data"
+    data.mkdir()
+    df.iloc[:200].to_parquet(data / "part-0.parquet", index=False)
+    df.iloc[200:].to_parquet(data / "part-1.parquet", index=False)
+    csv = tmp_path / "extract.csv"
+    csv.write_bytes(path.read_bytes())
+    before = {p: p.read_bytes() for p in (data / "part-0.parquet", data / "part-1.parquet", csv)}
+    out = tmp_path / "release"
+    cases = [(data, data / "part-1.parquet", "lies inside the input"),
+             (str(data / "*.parquet"), data / "part-1.parquet", "is an input file"),
+             (csv, csv, "is an input file"),
+             (data, data / "report.json", "lies inside the input")]
+    for source, report, says in cases:
+        proc = microagg_cli("anonymize", source, out, "--k", 5, "--qi", "AGI", "--no-evaluate", "--no-html",
+                            "--report", report, "--scheduler", "synchronous")
+        assert proc.returncode == 2, proc.stderr
+        assert "--report" in proc.stderr and says in proc.stderr, proc.stderr
+    # `microagg evaluate`'s report over a file it compares
+    proc = microagg_cli("evaluate", csv, csv, "--qi", "AGI", "--report", csv, "--scheduler", "synchronous")
+    assert proc.returncode == 2 and "--report" in proc.stderr and "is an input file" in proc.stderr, proc.stderr
+    assert not out.exists()
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_a_report_path_that_is_the_release_directory_is_refused(tmp_path, extract):
+    path, _ = extract
+    out = tmp_path / "release"
+    proc = microagg_cli("anonymize", path, out, "--k", 5, "--qi", "AGI", "--no-evaluate", "--report", out,
+                        "--scheduler", "synchronous")
+    assert proc.returncode == 2, proc.stderr
+    assert "--report" in proc.stderr and "is the release directory" in proc.stderr
+    assert not out.exists()
+
+
+def test_default_qis_leave_out_the_weights_and_strata_columns(tmp_path, extract):
+    path, df = extract
+    source = tmp_path / "in.csv"
+    df = df.assign(confidential=df["confidential"] + 1, stratum=np.arange(len(df)) % 2)  # weights > 0
+    df.to_csv(source, index=False)
+    out = _release(tmp_path, source, "--identifiers", "person_id", "--weights", "confidential", "--strata", "stratum",
+                   "--no-evaluate", k=4)
+    report = json.loads((out / "_report.json").read_text())
+    assert report["quasi_identifiers"] == QI
+    released = pd.read_parquet(out)
+    pd.testing.assert_series_equal(released["confidential"], df["confidential"])
+    pd.testing.assert_series_equal(released["stratum"], df["stratum"])
+    # the Python API, in memory and on Dask
+    import dask.dataframe as dd
+
+    import microagg
+
+    frame = df.drop(columns=["person_id", "region"]).astype({"confidential": "float64"})
+    for data in (frame, dd.from_pandas(frame, npartitions=2)):
+        result = microagg.anonymize(data, 4, weights="confidential", strata=["stratum"])
+        result = result.compute(scheduler="synchronous") if hasattr(result, "compute") else result
+        np.testing.assert_array_equal(result["confidential"].to_numpy(), frame["confidential"].to_numpy())
+        np.testing.assert_array_equal(result["stratum"].to_numpy(), frame["stratum"].to_numpy())
+        assert_k_anonymous(result, QI, 4)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--seed", "18446744073709551616"], "--seed must be an integer from 0 to 2**63-1"),
+    (["--method", "ga", "--seed", "-1"], "--seed must be an integer from 0 to 2**63-1"),
+    (["--qi", ","], "--qi ',' names no column; omit --qi for the default"),
+    (["--qi", " "], "--qi ' ' names no column; omit --qi for the default"),
+    (["--qi", ""], "--qi '' names no column; omit --qi for the default"),
+    (["--method", "vmdav", "--gamma", "-1"], "--gamma: vmdav option gamma must be a finite number in [0.0, inf]"),
+    (["--method", "dbm", "--eps", "0"], "--eps: dbm option eps must be a finite number > 0"),
+    (["--refine", "ils", "--time-budget", "-1"], "--time-budget: ils option time_budget must be a finite number > 0"),
+    (["--refine", "ils", "--iterations", "0"], "--iterations: ils option iterations must be an integer >= 1"),
+], ids=["seed-too-large", "seed-negative", "qi-comma", "qi-blank", "qi-empty", "gamma", "eps", "time-budget",
+        "iterations"])
+def test_out_of_range_options_are_refused_before_the_input_is_read(tmp_path, flags, message):
+    out = tmp_path / "release"
+    # the input does not exist: the options are refused before it is opened
+    proc = microagg_cli("anonymize", tmp_path / "absent.csv", out, "--k", 5, *flags, "--scheduler", "synchronous")
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "does not exist" not in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_the_largest_seed_runs(tmp_path, extract):
+    path, _ = extract
+    out = _release(tmp_path, path, "--qi", ",".join(QI), "--seed", 2**63 - 1, "--refine", "ils", "--iterations", 2,
+                   "--no-evaluate", "--no-html", k=4)
+    assert json.loads((out / "_report.json").read_text())["seed"] == 2**63 - 1

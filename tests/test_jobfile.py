@@ -384,6 +384,26 @@ BAD = [
      "[input] allow_rows_in_quotes: must be true or false"),
     ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[cluster]\nworker_timeout = 0\n",
      '[cluster] worker_timeout: must be a number of seconds > 0'),
+    # report paths over the input, the release directory or one another
+    ("[input]\npath = 'x.csv'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[report]\njson = 'x.csv'\n",
+     "x.csv' is an input file"),
+    ("[input]\npath = 'data/'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[report]\n"
+     "json = 'data/part-00000.parquet'\n", "lies inside the input"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[report]\njson = 'y'\n",
+     "/y' is the release directory"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[report]\njson = 'r.json'\n"
+     "evaluation = 'r.json'\n", "is also [report] json; each report needs its own file"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[report]\njson = 'r.json'\nhtml = 'r.json'\n",
+     "r.json' is also [report] json"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[report]\njson = 'r.json'\nhtml = true\n"
+     "evaluation = 'r.html'\n", "r.html' is also [report] html (the page beside [report] json)"),
+    # seeds in the kernels' range, method and refinement options checked up front
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nseed = -1\n",
+     "[anonymize] seed: must be an integer from 0 to 2**63-1"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nseed = 9223372036854775807\nmethod = 'vmdav'\n"
+     "gamma = -1.0\n", "[anonymize] gamma: vmdav option gamma must be a finite number in [0.0, inf], got -1.0"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nseed = 9223372036854775808\n",
+     "[anonymize] seed: must be an integer from 0 to 2**63-1"),
     ("k = 5\n", 'top-level key "k": keys belong in a section ([anonymize] k)'),
     ("[input\n", "not valid TOML"),
 ]
@@ -394,6 +414,47 @@ def test_validate_names_the_bad_key(tmp_path, capsys, text, message):
     code, out, err = _main(capsys, "validate", _write(tmp_path, "bad.toml", text))
     assert code == 2 and not out
     assert message in err, err
+
+
+def test_default_qis_leave_out_the_weights_column(workspace, capsys):
+    jobs, df = workspace
+    text = SMALL_JOB.replace('quasi_identifiers = ["AGI", "FICA", "TAXINC"]\n', "")
+    code, _, err = _main(capsys, "validate", _write(jobs, "text.toml", text.replace("k = 4\n", 'k = 4\nweights = "region"\n')))
+    assert code == 2 and "[anonymize] weights column 'region' is not numeric" in err, err
+    job = _write(jobs, "weights.toml", text.replace("k = 4\n", 'k = 4\nweights = "flag"\n') + "[evaluate]\nrun = false\n")
+    code, out, err = _main(capsys, "validate", job)
+    assert code == 0, err
+    df.assign(flag=df["flag"] + 1).to_parquet(jobs / "warehouse" / "extract" / "part-0.parquet", index=False)
+    (jobs / "warehouse" / "extract" / "part-1.parquet").unlink()
+    code, out, err = _main(capsys, "run", job, "--date", "2026-03-10")
+    assert code == 0, err
+    release = jobs / "exports" / "2026-03-10" / "weights"
+    report = json.loads((release / "_report.json").read_text())
+    assert report["quasi_identifiers"] == [*QI, "q3", "q4"]  # every numeric column but the identifier and weights
+    np.testing.assert_array_equal(pd.read_parquet(release)["flag"].to_numpy(), df["flag"].to_numpy() + 1)
+
+
+def test_argument_errors_are_json_failed_events(tmp_path):
+    proc = _cli("--log-format", "json", "anonymize", "gen", "out", "--k", "five", cwd=tmp_path)
+    assert proc.returncode == 2
+    events = [json.loads(line) for line in proc.stderr.splitlines()]  # every line is one JSON object
+    assert len(events) == 1 and events[0]["event"] == "failed" and events[0]["exit_code"] == 2
+    assert events[0]["command"] == "anonymize" and events[0]["error"] == "ArgumentError"
+    assert "argument --k: invalid int value: 'five'" in events[0]["message"]
+    proc = _cli("--log-format=json", "nonsense", cwd=tmp_path)
+    assert proc.returncode == 2 and json.loads(proc.stderr)["event"] == "failed"
+    proc = _cli("anonymize", "gen", "out", "--k", "five", cwd=tmp_path)  # text: argparse's usage, as before
+    assert proc.returncode == 2 and proc.stderr.startswith("usage:")
+
+
+def test_json_logs_draw_no_status_line_on_a_terminal(monkeypatch):
+    from microagg.jobs import progress
+
+    monkeypatch.setattr(progress, "wanted", lambda stream=None: True)  # stderr a terminal
+    logs.setup("json", logging.WARNING)
+    assert isinstance(progress.reporting(None), progress.LogProgress)
+    logs.setup("text", logging.WARNING)
+    assert isinstance(progress.reporting(None), progress.StageProgress)
 
 
 def test_bad_input_and_bad_date_exit_2(workspace, capsys):
