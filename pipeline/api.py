@@ -9,7 +9,7 @@ import pandas as pd
 
 from .. import kernels
 from ..kernels import noise as noise_kernels
-from ..kernels.stats import group_weighted
+from ..kernels.stats import HUGE, group_weighted
 from . import stats
 from .errors import InputError
 from .blocked import Blocking, blocked_partition
@@ -90,6 +90,9 @@ def partition(X, k, method="mdav", *, refine="none", standardized=False, method_
     """
     X = as_float_matrix(X)
     k = check_k(k, X.shape[0])
+    if method == "univariate" and X.shape[1] != 1:  # one partition per column: anonymize releases them all
+        raise InputError(f"univariate microaggregation partitions one column at a time; got {X.shape[1]} columns: "
+                         f"partition each column on its own, or call anonymize, which releases every column's")
     check_seed(seed, "seed")
     check_method_options(method, method_options, refine, refine_options)
     solver = Solver.build(method, method_options, refine, refine_options, seed)
@@ -201,13 +204,22 @@ def released_table(X, labels, row_id, k, aggregate="mean", noise="none", epsilon
     ``row_id`` (global row ids of the rows of ``X``) keys each group's draws by its smallest row id,
     so the in-memory and the distributed release draw the same noise for the same group;
     ``first_column`` is the position of ``X``'s first column among all QIs (attribute blocks).
+    Raises :class:`InputError` if the noise takes a value beyond the magnitude an input may hold
+    (:data:`microagg.kernels.stats.HUGE`, or infinite): an epsilon too small for the values.
     """
     n_groups = int(labels.max()) + 1 if len(labels) else 0
     table = centroids(X, labels, n_groups, aggregate, weights)
     if noise == "laplace" and n_groups:
-        scale = noise_kernels.group_extents(X, labels, n_groups) / k / epsilon
+        with np.errstate(over="ignore"):
+            scale = noise_kernels.group_extents(X, labels, n_groups) / k / epsilon
         keys = noise_kernels.group_keys(np.ascontiguousarray(row_id, dtype=np.int64), labels, n_groups)
-        table = table + noise_kernels.laplace_draws(scale, keys, seed, first_column)
+        noisy = table + noise_kernels.laplace_draws(scale, keys, seed, first_column)
+        far = np.isfinite(table) & ~(np.abs(noisy) <= HUGE)
+        if far.any():
+            raise InputError(f"--epsilon {epsilon!r} is too small for these values: the Laplace noise takes "
+                             f"{int(far.sum()):,} of {far.size:,} released group value(s) of one task beyond "
+                             f"{HUGE:g} in magnitude, or to infinity; give a larger epsilon")
+        table = noisy
     return table
 
 

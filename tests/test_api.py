@@ -64,6 +64,20 @@ def test_projection_methods_give_valid_partitions(census, method):
     assert 0 < il < 100
 
 
+def test_univariate_partitions_one_column(census):
+    """On several columns, partition returned one partition ordered by the first column and costed on
+    all of them: neither individual ranking nor a multivariate method."""
+    X = census.to_numpy(dtype=float)
+    with pytest.raises(microagg.InputError, match="one column at a time; got 13 columns"):
+        microagg.partition(X, 5, method="univariate")
+    labels = microagg.partition(X[:, 2:3], 5, method="univariate")
+    sizes = np.bincount(labels)
+    assert sizes.min() >= 5 and sizes.max() <= 9
+    low = pd.Series(X[:, 2]).groupby(labels).min().sort_values()
+    high = pd.Series(X[:, 2]).groupby(labels).max()[low.index]
+    assert (high.to_numpy()[:-1] <= low.to_numpy()[1:]).all()  # intervals of the column, in its order
+
+
 def test_information_loss_of_trivial_partitions(census):
     X = census.to_numpy(dtype=float)
     assert microagg.information_loss(X, np.zeros(len(X), dtype=np.int64)) == pytest.approx(100.0)

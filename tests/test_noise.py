@@ -56,6 +56,14 @@ def test_noise_in_memory_equals_distributed_and_follows_the_seed(frame):
     assert not np.allclose(other[QI].to_numpy(), in_memory[QI].to_numpy())
 
 
+def test_noise_beyond_the_values_an_input_may_hold_is_refused(frame):
+    args = dict(quasi_identifiers=QI, identifiers=["person_id"], noise="laplace")
+    with pytest.raises(microagg.InputError, match="too small for these values"):
+        microagg.anonymize(frame.iloc[:200], 4, epsilon=1e-300, **args)
+    released = microagg.anonymize(frame.iloc[:200], 4, epsilon=1e-100, **args)  # large noise, but finite
+    assert np.isfinite(released[QI].to_numpy()).all()
+
+
 def test_cli_noise_is_reproducible_and_recorded(tmp_path, frame):
     source = tmp_path / "in.parquet"
     frame.to_parquet(source, index=False)
@@ -100,6 +108,10 @@ def test_release_where_keeps_whole_groups(tmp_path, frame):
     (["--epsilon", "1"], "give it with --noise laplace"),
     (["--release-where", "region == 'north'"], "['region'] is not among them"),
     (["--release-where", "q0 >"], "is not a valid condition"),
+    # an epsilon that takes released values to infinity: committed before, exit 0 (1e-320), or refused
+    # after the whole job as if the input held them (1e-300)
+    (["--noise", "laplace", "--epsilon", "1e-320"], "--epsilon 1e-320 is too small for these values"),
+    (["--noise", "laplace", "--epsilon", "1e-300"], "beyond 1e+150 in magnitude, or to infinity"),
 ])
 def test_bad_noise_and_where_options_fail_before_anything_is_written(tmp_path, frame, flags, message):
     assert_refused(tmp_path, frame.iloc[:500], QI, 5, flags, message)
