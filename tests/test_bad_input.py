@@ -316,7 +316,7 @@ def test_strings_dictionary_encoded_in_one_file_and_plain_in_another(tmp_path, f
     tables = (coded, plain) if first == "dictionary" else (plain, coded)
     out = tmp_path / "release"
     microagg_cli("anonymize", _arrow_files(tmp_path, *tables), out, "--k", "3", "--qi", "a,b", "--no-html",
-                 "--no-evaluate", check=True)
+                 "--no-evaluate", "--scheduler", "synchronous", check=True)
     released = pq.read_table(out)
     assert released.schema.field("c").type == pa.string()
     assert released.column("c").to_pylist() == tables[0].column("c").to_pylist() + tables[1].column("c").to_pylist()
@@ -373,12 +373,14 @@ def test_a_numeric_hive_partition_column_can_be_a_quasi_identifier(tmp_path):
     layout = [f"year={y}/part.parquet" for y in (2020, 2021, 2022)]
     source = _arrow_files(tmp_path, *[pa.table(_qis(20, i)) for i in range(3)], names=layout)
     out = tmp_path / "release"
-    microagg_cli("anonymize", source, out, "--k", "3", "--qi", "a,b,year", "--no-html", "--no-evaluate", check=True)
+    microagg_cli("anonymize", source, out, "--k", "3", "--qi", "a,b,year", "--no-html", "--no-evaluate",
+                 "--scheduler", "synchronous", check=True)
     released = pd.read_parquet(out)
     assert released.groupby(["a", "b", "year"]).size().min() >= 3
     assert released["year"].between(2020, 2022).all() and released["year"].nunique() > 3  # aggregated
     kept = tmp_path / "kept"
-    microagg_cli("anonymize", source, kept, "--k", "3", "--qi", "a,b", "--no-html", "--no-evaluate", check=True)
+    microagg_cli("anonymize", source, kept, "--k", "3", "--qi", "a,b", "--no-html", "--no-evaluate",
+                 "--scheduler", "synchronous", check=True)
     import pyarrow.parquet as pq
 
     assert pq.read_table(kept).column("year").to_pylist() == [2020] * 20 + [2021] * 20 + [2022] * 20
@@ -390,12 +392,12 @@ def test_an_unnamed_pandas_index_is_said_to_be_left_out(tmp_path):
     frame = pd.DataFrame(_qis(20, 0), index=pd.date_range("2020-01-01", periods=20))
     frame.to_parquet(tmp_path / "in.parquet")
     proc = microagg_cli("anonymize", tmp_path / "in.parquet", tmp_path / "release", "--k", "3", "--no-html",
-                        "--no-evaluate", check=True)
+                        "--no-evaluate", "--scheduler", "synchronous", check=True)
     assert "unnamed pandas index (__index_level_0__" in proc.stderr and "df.reset_index()" in proc.stderr
     assert list(pd.read_parquet(tmp_path / "release").columns) == ["a", "b"]
     frame.reset_index().to_parquet(tmp_path / "plain.parquet")  # made a column: released, no warning
     proc = microagg_cli("anonymize", tmp_path / "plain.parquet", tmp_path / "again", "--k", "3", "--qi", "a,b",
-                        "--no-html", "--no-evaluate", check=True)
+                        "--no-html", "--no-evaluate", "--scheduler", "synchronous", check=True)
     assert "pandas index" not in proc.stderr
     assert (pd.read_parquet(tmp_path / "again")["index"] == frame.index).all()
 
@@ -406,7 +408,8 @@ def test_a_constant_qi_of_a_large_magnitude_is_released(tmp_path):
 
     out = tmp_path / "release"
     source = _arrow_files(tmp_path, pa.table({"a": [1e20] * 30, "b": _qis(30, 0)["b"]}))
-    microagg_cli("anonymize", source, out, "--k", "3", "--qi", "a,b", "--no-evaluate", check=True)
+    microagg_cli("anonymize", source, out, "--k", "3", "--qi", "a,b", "--no-evaluate", "--scheduler", "synchronous",
+                 check=True)
     released = pd.read_parquet(out)
     assert (released["a"] == 1e20).all() and released.groupby("b").size().min() >= 3
 

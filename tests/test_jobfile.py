@@ -419,9 +419,11 @@ def test_validate_names_the_bad_key(tmp_path, capsys, text, message):
 def test_default_qis_leave_out_the_weights_column(workspace, capsys):
     jobs, df = workspace
     text = SMALL_JOB.replace('quasi_identifiers = ["AGI", "FICA", "TAXINC"]\n', "")
-    code, _, err = _main(capsys, "validate", _write(jobs, "text.toml", text.replace("k = 4\n", 'k = 4\nweights = "region"\n')))
+    text_weights = text.replace("k = 4\n", 'k = 4\nweights = "region"\n')
+    code, _, err = _main(capsys, "validate", _write(jobs, "text.toml", text_weights))
     assert code == 2 and "[anonymize] weights column 'region' is not numeric" in err, err
-    job = _write(jobs, "weights.toml", text.replace("k = 4\n", 'k = 4\nweights = "flag"\n') + "[evaluate]\nrun = false\n")
+    job = _write(jobs, "weights.toml",
+                 text.replace("k = 4\n", 'k = 4\nweights = "flag"\n') + "[evaluate]\nrun = false\n")
     code, out, err = _main(capsys, "validate", job)
     assert code == 0, err
     df.assign(flag=df["flag"] + 1).to_parquet(jobs / "warehouse" / "extract" / "part-0.parquet", index=False)
