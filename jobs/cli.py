@@ -9,8 +9,8 @@ import sys
 
 from . import evaluate, generate, logs
 from . import run as jobrun
-from .exit_codes import (EXIT_CLUSTER, EXIT_INPUT, EXIT_STORAGE, HungUp, Terminated, interruption, is_cluster_failure,
-                         is_storage_failure)
+from .exit_codes import (EXIT_CLUSTER, EXIT_INPUT, EXIT_STORAGE, HungUp, Terminated, committed, interruption,
+                         is_cluster_failure, is_storage_failure, what_was_written)
 from .flags import RELEASE_DLD_RECORDS, add_cluster_arguments, add_csv_arguments, add_risk_arguments, csv_flags
 
 EXIT_OK = 0
@@ -394,34 +394,41 @@ def main(argv=None):
             return _interrupted(args, interrupts.requested()())
         if is_cluster_failure(exc):  # workers lost beyond the retries, the scheduler gone (jobs/exit_codes.py)
             return logs.failed(args, exc, EXIT_CLUSTER, f"microagg: error: the Dask cluster failed "
-                                                        f"({type(exc).__name__}): {exc}. Nothing was written.")
+                                                        f"({type(exc).__name__}): {exc}. {_written()}")
         unseen = _unseen_by_workers(exc)
         if unseen:
             return logs.failed(args, exc, EXIT_INPUT, f"microagg: error: a Dask worker cannot find {unseen!r}, which "
                                                       f"this job sees: the workers must see the input and the output "
                                                       f"at the same paths as the job (a shared filesystem; or an "
-                                                      f"object store URL for the input). Nothing was written.")
+                                                      f"object store URL for the input). {_written()}")
         gone = _vanished(exc)
         if gone:
             return logs.failed(args, exc, EXIT_INPUT, f"microagg: error: {gone!r} no longer exists: a file was removed "
                                                       f"while the job read it (the input changed during the job?). "
-                                                      f"Nothing was written.")
+                                                      f"{_written()}")
         if is_storage_failure(exc):  # a full, read-only or forbidden filesystem (jobs/exit_codes.py)
             return logs.failed(args, exc, EXIT_STORAGE, f"microagg: error: a filesystem refused a write or read: "
-                                                        f"{exc}. Nothing was written.")
+                                                        f"{exc}. {_written()}")
         return logs.failed(args, exc, EXIT_INTERNAL, f"microagg: internal error ({type(exc).__name__}): {exc}. "
                                                      f"Re-run with --debug for the traceback.")
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         interrupts.clear()
+        committed(None)
 
 
 def _interrupted(args, exc):
     """Report the interruption ``exc`` (a ``KeyboardInterrupt``: Ctrl-C, :class:`Terminated`,
     :class:`HungUp`) that ended a command; returns its exit code."""
     code, word, cause = interruption(exc)
-    return logs.failed(args, exc, code, f"microagg: {word}{cause}; nothing was written")
+    return logs.failed(args, exc, code, f"microagg: {word}{cause}; {what_was_written()}")
+
+
+def _written():
+    """The end of a failure's sentence: "Nothing was written.", or where the committed release is."""
+    text = what_was_written()
+    return f"{text[0].upper()}{text[1:]}."
 
 
 def _unseen_by_workers(exc):

@@ -33,6 +33,10 @@ code  meaning
       was written and the job's temporary directory is removed
 ====  ==========================================================================================
 
+A job file's evaluation (and its page) runs after its release is committed: a failure or an
+interruption there keeps its code, and its message says where the committed release is instead of
+"nothing was written" (:func:`committed`).
+
 The codes of the pipeline's own errors are the ``exit_code`` attributes of the classes in
 :mod:`microagg.pipeline.errors` (``tests/test_jobfile.py`` checks that they agree with this table);
 this module adds the codes that are not errors of the pipeline (interrupted, internal) and decides
@@ -113,6 +117,23 @@ def is_storage_failure(exc):
 _INTERRUPTIONS = ((HungUp, EXIT_HUNG_UP, "hung up", " (SIGHUP: its terminal closed)"),
                   (Terminated, EXIT_TERMINATED, "terminated", " (SIGTERM)"),
                   (KeyboardInterrupt, EXIT_INTERRUPTED, "interrupted", ""))
+
+
+_COMMITTED = []  # the release a job has committed, while the steps after it run (a job file's evaluation)
+
+
+def committed(output):
+    """Record that the command has committed its release at ``output`` (None: forget it): a failure
+    or an interruption after it no longer says that nothing was written."""
+    _COMMITTED[:] = [] if output is None else [str(output)]
+
+
+def what_was_written():
+    """"nothing was written", or, once the release is committed (:func:`committed`), where it is."""
+    if not _COMMITTED:
+        return "nothing was written"
+    return (f"the release is committed at {_COMMITTED[0]}, but the steps after it (its evaluation, its page) did "
+            f"not finish")
 
 
 def interruption(exc):

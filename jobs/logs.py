@@ -35,7 +35,7 @@ import sys
 import traceback
 from datetime import datetime, timezone
 
-from .exit_codes import interruption
+from .exit_codes import interruption, what_was_written
 
 FORMATS = ("text", "json")
 
@@ -227,7 +227,7 @@ def failed(args, exc, code, text):
     entry = {"level": "ERROR", "logger": "microagg", "message": message, "event": "failed",
              "command": getattr(args, "command", None), "exit_code": code, "error": type(exc).__name__}
     if isinstance(exc, KeyboardInterrupt):
-        entry["message"] = f"{interruption(exc)[1]}; nothing was written"
+        entry["message"] = f"{interruption(exc)[1]}; {what_was_written()}"
     if isinstance(getattr(exc, "errors", None), list):  # a job file's errors, one per [section] key
         entry["errors"] = [str(e) for e in exc.errors]
     if debug:

@@ -153,6 +153,7 @@ def run(args):
                 report = release.run(job.input, job.output, job.options, job.report, key, extra,
                                      html=job.html is not None, csv=job.csv,
                                      rows_in_quotes=job.rows_in_quotes)
+            exit_codes.committed(job.output)  # a failure from here on says where the release is
             if job.evaluate is not None:
                 with _stage("evaluate"):
                     evaluation = _evaluate(job, report)

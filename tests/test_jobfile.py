@@ -436,6 +436,33 @@ def test_default_qis_leave_out_the_weights_column(workspace, capsys):
     np.testing.assert_array_equal(pd.read_parquet(release)["flag"].to_numpy(), df["flag"].to_numpy() + 1)
 
 
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_job_stopped_in_its_evaluation_says_its_release_is_committed(workspace, capsys, monkeypatch, log_format):
+    """A job file's evaluation runs after the release is committed: a SIGTERM there said "nothing was
+    written" while the new release was in place."""
+    from microagg.jobs import run as job_run
+
+    def stopped(job, report):
+        raise exit_codes.Terminated()
+
+    monkeypatch.setattr(job_run, "_evaluate", stopped)
+    jobs, df = workspace
+    job = _write(jobs, "small.toml", SMALL_JOB)
+    code, _, err = _main(capsys, "--log-format", log_format, "run", job, "--date", "2026-03-10")
+    release = jobs / "exports" / "2026-03-10" / "small"
+    assert code == 143
+    said = err.strip().splitlines()[-1]
+    if log_format == "json":
+        said = json.loads(said)["message"]
+    assert said.endswith(f"the release is committed at {release}, but the steps after it (its evaluation, its page) "
+                         f"did not finish"), err
+    assert len(pd.read_parquet(release)) == len(df)
+    code, _, err = _main(capsys, "methods")  # the next command of the process starts afresh
+    monkeypatch.setitem(cli.COMMANDS, "methods", lambda args: (_ for _ in ()).throw(exit_codes.Terminated()))
+    code, _, err = _main(capsys, "methods")
+    assert code == 143 and err.strip().endswith("nothing was written")
+
+
 def test_argument_errors_are_json_failed_events(tmp_path):
     proc = _cli("--log-format", "json", "anonymize", "gen", "out", "--k", "five", cwd=tmp_path)
     assert proc.returncode == 2
