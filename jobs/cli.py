@@ -82,7 +82,7 @@ def _add_anonymize(sub):
                         '"AGE >= 40 and AGE <= 50" (quasi-identifier columns only: whole groups are kept)')
     p.add_argument("--report", default=None, metavar="PATH",
                    help="where to write the JSON report (default OUTPUT/_report.json); not an input file, nor "
-                        "inside the input, nor OUTPUT")
+                        "inside the input, nor OUTPUT; inside OUTPUT only a file directly in it named _*")
     p.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
                    help="also write the report as one self-contained HTML page with plots of the original and "
                         "released data (default on): OUTPUT/_report.html, or beside --report PATH (suffix .html). "

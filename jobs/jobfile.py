@@ -634,17 +634,8 @@ def _check_combinations(job, values):
     clashes = report_clashes(job, output)
     errors += clashes
     for key, path in (("json", job.report), ("html", job.html), ("evaluation", job.evaluation)):
-        if path is None or _is_url(path) or any(e.startswith(f"[report] {key}:") for e in clashes):
-            if path is not None and _is_url(path):
-                errors.append(f"[report] {key}: must be a local path, got {_show(path)}")
-            continue
-        inside = os.path.abspath(path).startswith(output + os.sep)
-        if inside and (os.path.dirname(os.path.abspath(path)) != output or
-                       not os.path.basename(path).startswith("_")):
-            errors.append(f"[report] {key}: a report inside the release must be a file directly in it whose name "
-                          f"starts with '_' (Parquet readers skip those), got {path!r}")
-        elif os.path.isdir(path):
-            errors.append(f"[report] {key}: {path!r} is a directory; give a file name")
+        if path is not None and _is_url(path):
+            errors.append(f"[report] {key}: must be a local path, got {_show(path)}")
     return errors
 
 

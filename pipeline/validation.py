@@ -377,7 +377,9 @@ def report_path_problems(inputs, output, reports):
 
     A report must not be an input file, lie inside the input or hold it (the rule of
     :func:`pipeline.io.overlap` for the release: symbolic links followed, globs expanded), must not be
-    the release directory or hold it, and no two of the release and the reports may be one path.
+    the release directory or hold it, nor be a directory; inside the release it must be a file directly
+    in it whose name starts with ``_`` (a Parquet reader of the release takes any other for data); and no
+    two of the release and the reports may be one path.
     """
     from . import io
 
@@ -392,6 +394,11 @@ def report_path_problems(inputs, output, reports):
         real = os.path.realpath(path)
         if os.path.isdir(real) and real != release:
             problems.append(f"{label}: {str(path)!r} is a directory; give a file name")
+            continue
+        if release is not None and real.startswith(release + os.sep) and (
+                os.path.dirname(real) != release or not os.path.basename(real).startswith("_")):
+            problems.append(f"{label}: a report inside the release must be a file directly in it whose name starts "
+                            f"with '_' (Parquet readers skip those), got {str(path)!r}")
             continue
         for source in inputs:
             if source is not None and io.overlap(source, path):

@@ -290,6 +290,23 @@ def test_a_report_path_that_is_the_release_directory_is_refused(tmp_path, extrac
     assert not out.exists()
 
 
+def test_a_report_inside_the_release_is_a_file_directly_in_it_named_with_an_underscore(tmp_path, extract):
+    """``--report OUTPUT/r.json`` was written into the release, where a Parquet reader of it takes every
+    file for data; ``OUTPUT/_r.json`` was refused on a first run (its directory did not exist yet)."""
+    path, df = extract
+    out = tmp_path / "release"
+    for report in (out / "r.json", out / "sub" / "_r.json"):
+        proc = microagg_cli("anonymize", path, out, "--k", 5, "--qi", "AGI", "--no-evaluate", "--report", report,
+                            "--scheduler", "synchronous")
+        assert proc.returncode == 2 and "a report inside the release must be a file directly in it" in proc.stderr
+        assert not out.exists()
+    for run in range(2):  # the first run makes the directory; a re-run replaces release and report
+        microagg_cli("anonymize", path, out, "--k", 5, "--qi", "AGI", "--no-evaluate", "--report", out / "_r.json",
+                     "--scheduler", "synchronous", check=True)
+        assert json.loads((out / "_r.json").read_text())["rows"] == len(df)
+        assert len(pd.read_parquet(out)) == len(df)
+
+
 def test_default_qis_leave_out_the_weights_and_strata_columns(tmp_path, extract):
     path, df = extract
     source = tmp_path / "in.csv"
