@@ -176,7 +176,7 @@ def _anonymize(args):
         identifiers=tuple(c.strip() for c in args.identifiers.split(",") if c.strip()),
         aggregate=args.aggregate,
         weights=args.weights,
-        strata=tuple(c.strip() for c in args.strata.split(",") if c.strip()) if args.strata else (),
+        strata=_strata(args.strata),
         small_strata=args.small_strata,
         attribute_blocks=tuple(tuple(c.strip() for c in b.split(",") if c.strip()) for b in args.blocks.split(";"))
         if args.blocks else (),
@@ -240,6 +240,19 @@ def _anonymize(args):
         _say(args, f"disclosure risk: {evaluate.dld_text(risk, report['rows'])}, ID {risk['id']:.3f} %; real "
                    f"anonymity k' {anonymity['k_prime']:.2f}; score {report['evaluation']['score']:.3f}")
     return EXIT_OK
+
+
+def _strata(value):
+    """``--strata``'s columns (none without the flag); a value that names none is refused (it was taken
+    for no strata, silently)."""
+    from ..pipeline.errors import InputError
+
+    if value is None:
+        return ()
+    names = tuple(c.strip() for c in value.split(",") if c.strip())
+    if not names:
+        raise InputError(f"--strata {value!r} names no column; omit --strata to solve the input as one")
+    return names
 
 
 def _check_anonymize(args, options):

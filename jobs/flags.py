@@ -14,9 +14,9 @@ def add_cluster_arguments(parser, scheduler_note=""):
                         help="local: an embedded Dask cluster sized to this machine (default); synchronous: no "
                              "cluster, everything in this process; or the address of a running Dask scheduler"
                              + scheduler_note)
-    parser.add_argument("--workers", type=int, default=None,
+    parser.add_argument("--workers", type=_positive, default=None,
                         help="workers of the local cluster (default: 1, or one per core with --processes)")
-    parser.add_argument("--threads-per-worker", type=int, default=None,
+    parser.add_argument("--threads-per-worker", type=_positive, default=None,
                         help="threads per local worker (default: one per core, or 1 with --processes)")
     parser.add_argument("--processes", action=argparse.BooleanOptionalAction, default=False,
                         help="local cluster: run each worker in its own process (isolates worker memory; "
@@ -45,6 +45,17 @@ def csv_flags(args):
     from ..pipeline import io
 
     return io.csv_dialect(args.csv_separator, args.csv_decimal, args.csv_encoding)
+
+
+def _positive(value):
+    """An integer >= 1 (a local cluster of 0 workers or threads waited for one until its worker timeout)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value!r}")
+    return number
 
 
 def _seconds(value):
