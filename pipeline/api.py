@@ -90,9 +90,6 @@ def partition(X, k, method="mdav", *, refine="none", standardized=False, method_
     """
     X = as_float_matrix(X)
     k = check_k(k, X.shape[0])
-    if method == "univariate" and X.shape[1] != 1:  # one partition per column: anonymize releases them all
-        raise InputError(f"univariate microaggregation partitions one column at a time; got {X.shape[1]} columns: "
-                         f"partition each column on its own, or call anonymize, which releases every column's")
     check_seed(seed, "seed")
     check_method_options(method, method_options, refine, refine_options)
     solver = Solver.build(method, method_options, refine, refine_options, seed)

@@ -152,12 +152,12 @@ def partition_keys(urlpath, fs, names):
     return next(iter(layouts))
 
 
-def hive_columns(keys, names, footers):
+def hive_columns(keys, names, schemas):
     """Refuse a Hive partition key (``keys``: :func:`partition_keys`) that is also a column of the
-    input's files (``names``, ``footers``): Dask could not tell the two apart (the read failed, an
-    internal error)."""
+    input's files (``names``, their Arrow ``schemas``): Dask could not tell the two apart (the read
+    failed, an internal error)."""
     for key in keys:
-        holding = [n for n, f in zip(names, footers) if key in f.schema.to_arrow_schema().names]
+        holding = [n for n, s in zip(names, schemas) if key in s.names]
         if holding:
             raise InputError(f"column {key!r} is both a Hive partition directory ({key}=...) and a column of "
                              f"{len(holding)} of the input's {len(names)} files (e.g. {holding[0]}); drop the "
@@ -443,18 +443,19 @@ def common_schema(names, schemas):
     return pa.schema(fields, metadata=first.metadata)
 
 
-def unsigned_beyond(schema, names, footers):
+def unsigned_beyond(schema, names, footers, schemas):
     """Refuse a column of a Parquet input that some files store as uint64 and its common ``schema``
     (:func:`common_schema`) as a signed integer (Arrow widens uint64 and int64 to int64) if a value
     of it may not fit: a row group's maximum beyond 2**63 - 1, or none recorded. Such values failed
-    the write, after the whole job (an internal error). ``names``, ``footers``: the files'."""
+    the write, after the whole job (an internal error). ``names``, ``footers``, ``schemas``: the
+    files', their footers and their Arrow schemas."""
     import pyarrow as pa
 
     signed = {f.name for f in schema if pa.types.is_signed_integer(f.type)}
     beyond = {}
-    for name, footer in zip(names, footers):
+    for name, footer, arrow in zip(names, footers, schemas):
         kinds = {}
-        for field in footer.schema.to_arrow_schema():
+        for field in arrow:  # (a name given twice is refused later, by the read)
             kinds.setdefault(field.name, field.type)
         for i in range(footer.num_row_groups):
             group = footer.row_group(i)
@@ -1171,13 +1172,13 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
         keys = partition_keys(urlpath, *files)
         try:
             names, footers = _footers(*files)
-            hive_columns(keys, names, footers)
+            schemas = [f.schema.to_arrow_schema() for f in footers]
+            hive_columns(keys, names, schemas)
         except InputError:
             raise
         except Exception:  # unreadable footers fail the read itself, with its own message
             footers = None
         else:
-            schemas = [f.schema.to_arrow_schema() for f in footers]
             try:
                 schema = common_schema(names, schemas)
             except Exception as exc:  # raised once the read itself has not failed first
@@ -1186,7 +1187,7 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
                 exact = integers_with_nulls(schema, footers)
                 plain = plain_columns(schema, schemas)
                 try:
-                    unsigned_beyond(schema, names, footers)
+                    unsigned_beyond(schema, names, footers, schemas)
                 except InputError as exc:
                     problem = exc
                 unit = int96_unit(files[0], names, footers)

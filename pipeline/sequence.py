@@ -67,9 +67,6 @@ def check_sequence(method, refine, attribute_blocks):
 
 def univariate(Z, k, grouping="optimal"):
     """The catalogue's entry point (one column): individual ranking of the values of ``Z`` (n, 1)."""
-    if Z.shape[1] != 1:
-        raise InputError(f"univariate microaggregation partitions one column at a time; got {Z.shape[1]} columns "
-                         "(microagg.anonymize applies it to every quasi-identifier)")
     return partition_sequence(Z, k, "univariate", grouping_of("univariate", {"grouping": grouping}))
 
 
@@ -103,7 +100,11 @@ def _groups_from_nodes(nodes):
 
 
 def partition_sequence(Z, k, method, grouping="optimal", stratum=None, direction_=None):
-    """In-memory labels of a sequence method on standardized rows ``Z`` (row ids ``0..n-1``)."""
+    """In-memory labels of a sequence method on standardized rows ``Z`` (row ids ``0..n-1``; one column
+    for univariate, which orders by it alone: on several it ordered by the first and costed them all)."""
+    if method == "univariate" and Z.shape[1] != 1:
+        raise InputError(f"univariate microaggregation partitions one column at a time; got {Z.shape[1]} columns "
+                         "(microagg.anonymize applies it to every quasi-identifier)")
     n = Z.shape[0]
     stratum = np.zeros(n, dtype=np.int64) if stratum is None else np.asarray(stratum, dtype=np.int64)
     order = order_of(stratum, scores(method, Z, direction_), np.arange(n))
