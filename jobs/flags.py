@@ -1,6 +1,7 @@
 """Command-line flags shared by the commands (kept free of heavy imports: building the parser stays fast)."""
 
 import argparse
+import re
 
 
 WORKER_TIMEOUT = 300.0
@@ -10,7 +11,8 @@ job: a Kubernetes DaskCluster pulling its image, a Slurm worker job in the queue
 
 def add_cluster_arguments(parser, scheduler_note=""):
     """The cluster flags every command that runs on Dask takes (anonymize, generate, evaluate)."""
-    parser.add_argument("--scheduler", default="local", metavar="local|synchronous|tcp://HOST:PORT",
+    parser.add_argument("--scheduler", type=scheduler_address, default="local",
+                        metavar="local|synchronous|tcp://HOST:PORT",
                         help="local: an embedded Dask cluster sized to this machine (default); synchronous: no "
                              "cluster, everything in this process; or the address of a running Dask scheduler"
                              + scheduler_note)
@@ -45,6 +47,19 @@ def csv_flags(args):
     from ..pipeline import io
 
     return io.csv_dialect(args.csv_separator, args.csv_decimal, args.csv_encoding)
+
+
+def scheduler_address(value):
+    """``--scheduler`` and the job file's ``[cluster] scheduler``: "local", "synchronous", a scheduler's
+    address with its scheme (``tcp://HOST:8786``, ``tls://...``) or ``HOST:PORT`` (Dask's default scheme,
+    tcp). Anything else is refused before the job starts (it failed as a cluster that cannot be reached,
+    after the connection timeout)."""
+    if not isinstance(value, str) or not (value in ("local", "synchronous")
+                                          or re.fullmatch(r"[a-z][a-z0-9+.-]*://\S+", value)
+                                          or re.fullmatch(r"[^\s:/]+:\d+|\[[0-9a-fA-F:.]+\]:\d+", value)):
+        raise argparse.ArgumentTypeError(f'must be "local", "synchronous" or a scheduler address such as '
+                                         f'"tcp://HOST:8786", got {value!r}')
+    return value
 
 
 def _positive(value):

@@ -74,6 +74,7 @@ inside the release must name a file directly in the release directory whose name
 not be an input file, lie inside the input, be the release directory or another report's path.
 """
 
+import argparse
 import difflib
 import json
 import os
@@ -85,7 +86,7 @@ from datetime import datetime, timezone
 
 from ..pipeline.errors import InputError
 from ..pipeline.validation import SEED_MAX
-from .flags import RELEASE_DLD_RECORDS, WORKER_TIMEOUT
+from .flags import RELEASE_DLD_RECORDS, WORKER_TIMEOUT, scheduler_address
 
 TEMPLATES = ("date", "job")
 DEFAULT_REPORT = "_report.json"
@@ -223,10 +224,10 @@ def _name_sets(value):
 
 
 def _scheduler(value):
-    if not isinstance(value, str) or not (value in ("local", "synchronous") or
-                                          re.match(r"^[a-z][a-z0-9+.-]*://.+", value)):
-        raise _Bad('must be "local", "synchronous" or a scheduler address such as "tcp://HOST:8786"')
-    return value
+    try:
+        return scheduler_address(value)
+    except argparse.ArgumentTypeError:
+        raise _Bad('must be "local", "synchronous" or a scheduler address such as "tcp://HOST:8786"') from None
 
 
 def _memory(value):

@@ -346,8 +346,9 @@ def test_default_qis_leave_out_the_weights_and_strata_columns(tmp_path, extract)
     (["--strata", ","], "--strata ',' names no column; omit --strata"),
     (["--workers", "0"], "argument --workers: must be an integer >= 1, got '0'"),
     (["--threads-per-worker", "0"], "argument --threads-per-worker: must be an integer >= 1"),
+    (["--scheduler", "foo"], 'argument --scheduler: must be "local", "synchronous" or a scheduler address'),
 ], ids=["seed-too-large", "seed-negative", "qi-comma", "qi-blank", "qi-empty", "gamma", "eps", "time-budget",
-        "iterations", "strata-comma", "workers-0", "threads-0"])
+        "iterations", "strata-comma", "workers-0", "threads-0", "scheduler"])
 def test_out_of_range_options_are_refused_before_the_input_is_read(tmp_path, flags, message):
     out = tmp_path / "release"
     # the input does not exist: the options are refused before it is opened

@@ -310,6 +310,9 @@ memory_limit = "2GiB"
     other = jobfile.parse('[anonymize]\nk = 2\nblocks = [["A", "B"], ["C"]]\ngamma = 1\neps = 0.5\nmhm_order = "md"\n'
                           'univariate_grouping = "fixed"\nremainder = "merge"\nrelease_where = "A > 0"\n')[0]
     assert other["anonymize"]["blocks"] == (("A", "B"), ("C",)) and other["anonymize"]["gamma"] == 1.0
+    # an address without its scheme is Dask's default, tcp (as --scheduler takes it)
+    bare = jobfile.parse('[cluster]\nscheduler = "scheduler.internal:8786"\n')[0]
+    assert bare["cluster"]["scheduler"] == "scheduler.internal:8786"
     full = jobfile.load(_write(tmp_path, "full.toml", '[input]\npath = "example:census"\n[output]\npath = "o"\n'
                                                       '[anonymize]\nk = 3\nmethod = "auto"\nportfolio = "full"\n'))
     assert full.options.method_options == (("portfolio", "full"),)
@@ -404,6 +407,8 @@ BAD = [
      "gamma = -1.0\n", "[anonymize] gamma: vmdav option gamma must be a finite number in [0.0, inf], got -1.0"),
     ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\nseed = 9223372036854775808\n",
      "[anonymize] seed: must be an integer from 0 to 2**63-1"),
+    ("[input]\npath = 'x'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n[cluster]\nscheduler = 'scheduler'\n",
+     '[cluster] scheduler: must be "local", "synchronous" or a scheduler address such as "tcp://HOST:8786"'),
     ("k = 5\n", 'top-level key "k": keys belong in a section ([anonymize] k)'),
     ("[input\n", "not valid TOML"),
 ]
