@@ -60,6 +60,11 @@ def resolve_input(path):
         if magic and is_local(path) and os.path.exists(path.removeprefix("file://")):
             raise InputError(f"input path {path!r} exists, but its name holds {magic!r}, which is read as a glob "
                              f"(matching nothing): rename it, or link it under a name without")
+        other = "".join(c for c in "?[" if c in path)
+        if other and (matched := sorted(p for p in fs.glob(fs._strip_protocol(path)) if not fs.isdir(p))):
+            raise InputError(f"input path {path!r} holds {other!r}, glob characters microagg does not expand "
+                             f"(Dask expands only '*'); as a pattern it would match {len(matched)} file(s) "
+                             f"(e.g. {matched[0]!r}): use '*', or give their directory")
         raise InputError(f"input path {path!r} does not exist (or the glob matches nothing)")
     if len(paths) == 1 and fs.isdir(paths[0]):
         inside = [p for p in fs.find(paths[0]) if not os.path.basename(p).startswith(("_", "."))]

@@ -219,6 +219,13 @@ def test_input_names_holding_glob_characters(tmp_path, small):
     small.to_csv(starred / "part-0.csv", index=False)
     err = _fails(tmp_path, starred, *common[:4])
     assert "exists, but its name holds '*', which is read as a glob" in err
+    # '?' and '[...]' as globs: Dask expands only '*'; a pattern that would match files is refused saying so
+    for pattern in ("part-?.csv", "part-[01].csv"):
+        small[:6].to_csv(tmp_path / "part-0.csv", index=False)
+        small[6:].to_csv(tmp_path / "part-1.csv", index=False)
+        err = _fails(tmp_path, tmp_path / pattern, *common[:4])
+        assert "glob characters microagg does not expand (Dask expands only '*'); as a pattern it would match " \
+               "2 file(s)" in err, err
 
 
 def test_rows_per_file_that_would_flood_the_filesystem(tmp_path, monkeypatch):
