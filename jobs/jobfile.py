@@ -744,24 +744,26 @@ def check_input(job):
     """Read the input's schema (Dask metadata, no data computed) and run :func:`pipeline.release.plan`
     on it: returns ``(qi, identifiers, columns)``."""
     from ..pipeline import io
-    from ..pipeline.release import plan
+    from ..pipeline.release import named_as_written, plan
 
     try:
         ddf = io.read_input(job.input, csv=job.csv, scan=False)
     except InputError as exc:
         raise job_error(job, "input", f"path: {exc}") from None
-    try:
-        qi, ids = plan(ddf, job.options)
+    try:  # the columns as the input names them (a CSV header "id, income": ' income')
+        options, evaluate = named_as_written(job.options, ddf.columns, job.evaluate)
+        qi, ids = plan(ddf, options)
     except InputError as exc:
         raise job_error(job, "anonymize", exc) from None
-    if job.evaluate is not None:
-        check_evaluate(job, qi)
+    if evaluate is not None:
+        check_evaluate(job, qi, evaluate["known"])
     return list(qi), list(ids), [str(c) for c in ddf.columns]
 
 
-def check_evaluate(job, qi):
-    """The ``[evaluate]`` keys against the release's quasi-identifiers ``qi``."""
-    for subset in job.evaluate["known"]:
+def check_evaluate(job, qi, known=None):
+    """The ``[evaluate]`` keys against the release's quasi-identifiers ``qi`` (``known``: its known
+    sets, if not the job's as written)."""
+    for subset in job.evaluate["known"] if known is None else known:
         outside = [c for c in subset if c not in qi]
         if outside:
             raise JobFileError(job.file, [f"[evaluate] known: column(s) {', '.join(map(repr, outside))} are not "

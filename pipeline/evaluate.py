@@ -94,7 +94,7 @@ from .blocking import sample_plan
 from .errors import CSVParseError, CSVTypeChange, InputError
 from .release import Timings, persisted
 from .release import html_path as release_html_path
-from .validation import check_k, non_numeric_error, non_numeric_values
+from .validation import as_written, check_k, non_numeric_error, non_numeric_values, spaced_names
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +114,11 @@ QUANTILE_METHOD = ("exact: np.quantile's linear interpolation (Hyndman-Fan type 
 
 
 def _names(value, option):
+    """Column names: a comma-separated string's, spaces around them removed, or a sequence's, as they are
+    (a column may be named ``' income'``: :func:`pipeline.validation.spaced_names`)."""
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",")]
-    names = [str(v).strip() for v in value if str(v).strip()]
+    names = [str(v) for v in value if str(v).strip()]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise InputError(f"{option} names column(s) {', '.join(map(repr, twice))} twice")
@@ -985,6 +987,8 @@ def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percen
         original = io.read_input(original_path, csv=csv)
         masked = io.read_input(masked_path, csv=csv)
     with timings.stage("validate"):
+        spaced = {n: c for n, c in spaced_names(original.columns).items() if c in masked.columns}
+        qi, known = as_written(qi, spaced), [as_written(s, spaced) for s in known or ()]
         plan(original, masked, qi, k, known, id_percent)
         row_counts_from_metadata(original_path, masked_path, original, masked)
         names = set(_names(qi, "--qi"))

@@ -37,7 +37,7 @@ from collections import Counter
 from contextlib import contextmanager
 from functools import partial, reduce
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
 
 import dask
@@ -70,6 +70,8 @@ from .validation import (
     check_k,
     non_numeric_error,
     resolve_columns,
+    as_written,
+    spaced_names,
 )
 
 log = logging.getLogger(__name__)
@@ -147,6 +149,36 @@ def _kept_floats(ddf, options, columns):
     an identifier, the weights or a stratum), read exactly (:func:`pipeline.io.read_input`'s ``floats``)."""
     roles = {*columns[0], *columns[1], options.weights, *(options.strata or ())}
     return tuple(c for c, t in ddf.dtypes.items() if c not in roles and pd.api.types.is_float_dtype(t))
+
+
+def named_as_written(options, columns, evaluation=None):
+    """``(options, evaluation)`` with each column they name that is no input column, but one whose name
+    has spaces around it (a CSV header written ``id, income, age``: ``--qi income,age``), named as the
+    input writes it (:func:`pipeline.validation.spaced_names`; logged). The release keeps the input's
+    names. ``evaluation``: the evaluation's options, whose ``known`` sets name columns too."""
+    spaced = spaced_names(columns)
+    if not spaced:
+        return options, evaluation
+    blocks = options.attribute_blocks
+    if isinstance(blocks, str):
+        blocks = [b.split(",") for b in blocks.split(";")]
+    named = replace(options, quasi_identifiers=as_written(options.quasi_identifiers, spaced),
+                    identifiers=as_written(options.identifiers, spaced), strata=as_written(options.strata, spaced),
+                    weights=spaced.get(options.weights, options.weights),
+                    attribute_blocks=tuple(as_written(tuple(c.strip() for c in b if c.strip()), spaced)
+                                           for b in blocks))
+    known = (evaluation or {}).get("known") or ()
+    if known:
+        evaluation = {**evaluation, "known": [as_written(list(s), spaced) for s in known]}
+    requested = {*as_written(options.quasi_identifiers or (), {}), *as_written(options.identifiers, {}),
+                 *options.strata, options.weights, *(c.strip() for b in blocks for c in b),
+                 *(c for s in known for c in s)}
+    used = sorted(spaced[n] for n in requested if n in spaced)
+    if used:
+        log.warning("input column(s) %s have spaces around their names (a CSV header written 'a, b'): the options "
+                    "name them without, and the release keeps their names as written",
+                    ", ".join(map(repr, used)))
+    return named, evaluation
 
 
 def plan(ddf, options):
@@ -1482,6 +1514,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     with timings.stage("read"):
         ddf, input_schema = io.read_input_and_schema(input_path, csv=csv, text=text)
     with timings.stage("validate"):
+        options, evaluation = named_as_written(options, ddf.columns, evaluation)
         columns = plan(ddf, options)  # fail on bad options before touching the output location
         floats = _kept_floats(ddf, options, columns) if input_schema is not None else ()  # Parquet's
         if floats:  # their NaNs apart from their nulls

@@ -131,6 +131,29 @@ def check_aggregate(aggregate):
     return aggregate
 
 
+def spaced_names(columns):
+    """``{name: column}`` for the columns whose names have spaces around them (a CSV header written
+    ``id, income, age`` names ``' income'``), keyed by the name without them, where that is no other
+    column's name and no other spaced column's: the name options may give for the column."""
+    columns = [str(c) for c in columns]
+    found = {}
+    for column in columns:
+        name = column.strip()
+        if name and name != column and name not in columns:
+            found.setdefault(name, []).append(column)
+    return {name: found[0] for name, found in found.items() if len(found) == 1}
+
+
+def as_written(names, spaced):
+    """Column ``names`` (a sequence, or a comma-separated string), each that names no column but one
+    of ``spaced`` (:func:`spaced_names`) replaced by that column's name as the input writes it."""
+    if names is None:
+        return names
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    return type(names)(spaced.get(n, n) for n in names) if isinstance(names, (list, tuple)) else names
+
+
 def _names(value, option):
     if value is None:
         return None

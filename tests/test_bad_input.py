@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import microagg
-from conftest import CENSUS_CSV, microagg_cli
+from conftest import CENSUS_CSV, assert_k_anonymous, microagg_cli
 
 
 def _fails(tmp_path, *args, code=2):
@@ -194,6 +194,41 @@ def test_csv_files_compressed_in_different_ways(tmp_path, small):
     err = _fails(tmp_path, folder, "--k", "3", "--qi", "a,b")
     assert "are compressed in different ways (gzip: 1 (e.g. " in err and "none: 1 (e.g. " in err
     assert "part-1.csv)" in err
+
+
+def test_csv_header_names_with_spaces_around_them_can_be_named_without(tmp_path, small):
+    """A CSV header written ``id, a, b`` names the columns ``' a'`` and ``' b'``: the options name them
+    without the spaces (they named no column; with the default QIs, the evaluation stripped them and
+    refused the job), and the release keeps the names as written."""
+    path = tmp_path / "spaced.csv"
+    small = small.assign(w=np.arange(1.0, 13.0))
+    path.write_text("id, a, b, c, w\n" + "".join(f"{r.id}, {r.a}, {r.b},{r.c}, {r.w}\n" for r in small.itertuples()))
+    common = ["--k", "3", "--scheduler", "synchronous", "--no-html"]
+    out = tmp_path / "named"
+    proc = microagg_cli("anonymize", path, out, *common, "--qi", "a,b", "--identifiers", "id", "--weights", "w",
+                        "--known", "a", "--report", tmp_path / "r.json", check=True)
+    assert "input column(s) ' a', ' b', ' w', 'id' have spaces" not in proc.stderr
+    assert "input column(s) ' a', ' b', ' w' have spaces around their names" in proc.stderr, proc.stderr
+    released = pd.read_parquet(out)
+    assert list(released.columns) == [" a", " b", " c", " w"]
+    assert_k_anonymous(released, [" a", " b"], 3)
+    np.testing.assert_array_equal(released[" w"], small["w"])
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["quasi_identifiers"] == [" a", " b"] and report["evaluation"]["anonymity"]["k_prime"] >= 3
+    default = tmp_path / "default"
+    microagg_cli("anonymize", path, default, *common, check=True)  # every numeric column: id, a, b, w
+    assert_k_anonymous(pd.read_parquet(default), ["id", " a", " b", " w"], 3)
+    proc = microagg_cli("evaluate", path, out, "--qi", "a,b", "--known", "b", "--k", "3", "--scheduler",
+                        "synchronous", "--report", tmp_path / "e.json", "--no-html", check=True)
+    evaluation = json.loads((tmp_path / "e.json").read_text())
+    assert evaluation["qi"] == [" a", " b"] and evaluation["known"] == [[" b"]]
+    job = tmp_path / "job.toml"  # a job file names them alike, evaluated after the release
+    job.write_text(f'[input]\npath = "{path}"\n[output]\npath = "{tmp_path / "job"}"\n[anonymize]\nk = 3\n'
+                   f'quasi_identifiers = ["a", "b"]\nidentifiers = ["id"]\n[evaluate]\nknown = [["a"]]\n'
+                   f'[cluster]\nscheduler = "synchronous"\n[report]\nhtml = false\n')
+    microagg_cli("validate", job, check=True)
+    microagg_cli("run", job, check=True)
+    assert_k_anonymous(pd.read_parquet(tmp_path / "job"), [" a", " b"], 3)
 
 
 def test_input_names_holding_glob_characters(tmp_path, small):
