@@ -218,7 +218,8 @@ def _anonymize(args):
         extra = (lambda: {"workers": worker_memory(client)}) if client is not None else None
         with reporting(client, args.quiet):
             report = run(args.input, args.output, options, args.report, key, extra, html=args.html,
-                         evaluation=evaluation, csv=csv, rows_in_quotes=args.allow_rows_in_quotes)
+                         evaluation=evaluation, csv=csv, rows_in_quotes=args.allow_rows_in_quotes,
+                         text_columns=args.csv_text)
     if report["method"] == "mic1d":
         _say(args, f"release: {report['output']} ({report['rows']} rows, {report['values']} values in "
                    f"{report['groups']} runs of {report['min_group_size']}..{report['max_group_size']} values, "

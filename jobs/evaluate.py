@@ -83,7 +83,7 @@ def run(args):
                      memory_limit=args.memory_limit, processes=args.processes,
                      worker_timeout=args.worker_timeout) as client, reporting(client, args.quiet):
         report = evaluate.run(args.original, args.masked, args.qi, args.report, args.k, args.known, id_percent,
-                              html=args.html, csv=csv, **options)
+                              html=args.html, csv=csv, text_columns=args.csv_text, **options)
     if not args.quiet:
         _summary(report)
     return EXIT_OK

@@ -40,6 +40,10 @@ def add_csv_arguments(parser, which="the input"):
                         help=f"the decimal mark of {which} when it is CSV (default '.'; ',' for 1,5)")
     parser.add_argument("--csv-encoding", default=None, metavar="NAME",
                         help=f"the text encoding of {which} when it is CSV (default utf-8; e.g. latin-1, cp1252)")
+    parser.add_argument("--csv-text", type=_column_list, default=(), metavar="COL,...",
+                        help=f"columns of {which} read as text, as written, when it is CSV (00123 stays 00123; "
+                             f"by default a column is text if its first rows say so, and one of numbers with "
+                             f"leading zeros there)")
 
 
 def csv_flags(args):
@@ -60,6 +64,14 @@ def scheduler_address(value):
         raise argparse.ArgumentTypeError(f'must be "local", "synchronous" or a scheduler address such as '
                                          f'"tcp://HOST:8786", got {value!r}')
     return value
+
+
+def _column_list(value):
+    """``COL,COL,...``: a tuple of names, the spaces around each removed; at least one."""
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"names no column, got {value!r}")
+    return names
 
 
 def _positive(value):

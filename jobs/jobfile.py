@@ -13,6 +13,7 @@ Sections and keys (``*``: required)::
     [input]
     path*            CSV / Parquet file, Parquet directory or glob, fsspec URL, or example:NAME
     separator, decimal, encoding   a CSV input's dialect (default ",", ".", "utf-8"; "\\t" for a tab)
+    text             a CSV input's columns read as text, as written (as --csv-text)
     allow_rows_in_quotes   true: release a CSV input's quoted values whose lines read as whole rows
 
     [output]
@@ -293,7 +294,7 @@ class Key:
 
 SCHEMA = {
     "input": {"path": Key(_string, required=True, path=True), "separator": Key(_string), "decimal": Key(_string),
-              "encoding": Key(_string), "allow_rows_in_quotes": Key(_boolean)},
+              "encoding": Key(_string), "allow_rows_in_quotes": Key(_boolean), "text": Key(_names(allow_empty=False))},
     "output": {
         "path": Key(_string, required=True, path=True),
         "rows_per_file": Key(_integer(1)),
@@ -388,6 +389,7 @@ class Job:
     evaluation: str | None     # evaluation report path (when evaluating)
     evaluate: dict | None      # {"known", "id_percent", "block_rows", "dld_records"} when evaluating after the release
     rows_in_quotes: bool = False  # [input] allow_rows_in_quotes (pipeline.release.run)
+    text: tuple = ()           # [input] text: a CSV input's columns read as text (pipeline.release.run)
 
 
 # --- parsing ------------------------------------------------------------------------------------------
@@ -586,6 +588,7 @@ def load(path, date=None):
                   "block_rows": get("evaluate", "block_rows"),
                   "dld_records": get("evaluate", "dld_records", RELEASE_DLD_RECORDS)} if evaluating else None,
         rows_in_quotes=get("input", "allow_rows_in_quotes", False),
+        text=tuple(get("input", "text", ())),
     )
     errors = _check_combinations(job, values)
     if errors:
@@ -661,7 +664,7 @@ def report_clashes(job, output):
 # --- checks by the pipeline's validators ----------------------------------------------------------------
 
 _FLAG = re.compile(r"--([a-z][a-z-]*)")
-_FLAG_KEYS = {"qi": "quasi_identifiers", "k": "k"}
+_FLAG_KEYS = {"qi": "quasi_identifiers", "k": "k", "csv-text": "text"}
 
 
 def _as_key_names(message):
@@ -670,7 +673,7 @@ def _as_key_names(message):
     def key(match):
         flag = match.group(1)
         name = _FLAG_KEYS.get(flag, flag.replace("-", "_"))
-        return name if name in SCHEMA["anonymize"] or name in SCHEMA["output"] else match.group(0)
+        return name if any(name in SCHEMA[s] for s in ("anonymize", "output", "input")) else match.group(0)
     return _FLAG.sub(key, message)
 
 
@@ -744,12 +747,19 @@ def check_input(job):
     """Read the input's schema (Dask metadata, no data computed) and run :func:`pipeline.release.plan`
     on it: returns ``(qi, identifiers, columns)``."""
     from ..pipeline import io
-    from ..pipeline.release import named_as_written, plan
+    from ..pipeline.release import check_text_columns, named_as_written, plan
+    from ..pipeline.validation import as_written, spaced_names
 
     try:
         ddf = io.read_input(job.input, csv=job.csv, scan=False)
     except InputError as exc:
         raise job_error(job, "input", f"path: {exc}") from None
+    columns = [str(c) for c in ddf.columns]
+    if job.text and io.resolve_input(job.input)[0] == "csv":
+        try:
+            check_text_columns(as_written(job.text, spaced_names(columns)), job.options, columns)
+        except InputError as exc:
+            raise job_error(job, "input", exc) from None
     try:  # the columns as the input names them (a CSV header "id, income": ' income')
         options, evaluate = named_as_written(job.options, ddf.columns, job.evaluate)
         qi, ids = plan(ddf, options)
@@ -757,7 +767,7 @@ def check_input(job):
         raise job_error(job, "anonymize", exc) from None
     if evaluate is not None:
         check_evaluate(job, qi, evaluate["known"])
-    return list(qi), list(ids), [str(c) for c in ddf.columns]
+    return list(qi), list(ids), columns
 
 
 def check_evaluate(job, qi, known=None):

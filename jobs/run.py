@@ -152,7 +152,7 @@ def run(args):
             with _stage("anonymize"):
                 report = release.run(job.input, job.output, job.options, job.report, key, extra,
                                      html=job.html is not None, csv=job.csv,
-                                     rows_in_quotes=job.rows_in_quotes)
+                                     rows_in_quotes=job.rows_in_quotes, text_columns=job.text)
             exit_codes.committed(job.output)  # a failure from here on says where the release is
             if job.evaluate is not None:
                 with _stage("evaluate"):
@@ -191,7 +191,7 @@ def _evaluate(job, report):
     known = [list(s) for s in ev["known"]]
     return evaluate.run(job.input, job.output, list(report["quasi_identifiers"]), job.evaluation, k=k, known=known,
                         seed=job.options.seed, html=False, changed=report.get("identifiers_hashed") or (),
-                        csv=job.csv, **options)  # the job's page shows both reports
+                        csv=job.csv, text_columns=job.text, **options)  # the job's page shows both reports
 
 
 def _html(job, report, evaluation):

@@ -976,33 +976,40 @@ def write_report(path, report):
 
 
 def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percent=metrics.ID_PERCENT, html=True,
-        csv=None, **options):
+        csv=None, text_columns=(), **options):
     """Read both files, evaluate, write the report to ``report_path``; returns the report. ``html``: also
     write it as an HTML page with the data summary's plots (:mod:`pipeline.report`) beside it
     (:func:`html_path`), before the JSON; each file is written aside and renamed into place. ``csv``:
-    the dialect of the files that are CSV (:func:`pipeline.io.csv_dialect`)."""
+    the dialect of the files that are CSV (:func:`pipeline.io.csv_dialect`); ``text_columns``: their
+    columns read as text, as written (``--csv-text``), as are those text in one file and whole numbers
+    in the other (a release keeps a CSV input's ``00123`` as text)."""
     timings = Timings()
     check_report_path(report_path, html)
+    text = tuple(text_columns)
     with timings.stage("read"):
-        original = io.read_input(original_path, csv=csv)
-        masked = io.read_input(masked_path, csv=csv)
+        original = io.read_input(original_path, csv=csv, text=text)
+        masked = io.read_input(masked_path, csv=csv, text=text)
     with timings.stage("validate"):
         spaced = {n: c for n, c in spaced_names(original.columns).items() if c in masked.columns}
         qi, known = as_written(qi, spaced), [as_written(s, spaced) for s in known or ()]
         plan(original, masked, qi, k, known, id_percent)
         row_counts_from_metadata(original_path, masked_path, original, masked)
         names = set(_names(qi, "--qi"))
+        shared = [c for c in original.columns if c in masked.columns and c not in names]
+        integer, string = pd.api.types.is_integer_dtype, pd.api.types.is_string_dtype
+        text += tuple(c for c in shared if c not in text and {integer(original[c].dtype), integer(masked[c].dtype)}
+                      == {True, False} and (string(original[c].dtype) or string(masked[c].dtype)))
         floats = tuple(c for c, t in original.dtypes.items()
-                       if c in masked.columns and c not in names and pd.api.types.is_float_dtype(t))
-        if floats:  # compared exactly: a NaN released as a null differs (io.read_input)
-            original = io.read_input(original_path, csv=csv, floats=floats)
-            masked = io.read_input(masked_path, csv=csv, floats=floats)
+                       if c in shared and c not in text and pd.api.types.is_float_dtype(t))
+        if floats or text != tuple(text_columns):  # floats compared exactly: a NaN released as a null differs
+            original = io.read_input(original_path, csv=csv, text=text, floats=floats)
+            masked = io.read_input(masked_path, csv=csv, text=text, floats=floats)
     try:
         report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, **options)
     except CSVTypeChange:  # in the statistics pass, the first over every row
         numbers = dict.fromkeys(_names(qi, "--qi"), "quasi-identifier")
-        original, widened = io.read_retyped(original_path, numbers, csv=csv)
-        masked, masked_widened = io.read_retyped(masked_path, numbers, csv=csv)
+        original, widened = io.read_retyped(original_path, numbers, csv=csv, text=text)
+        masked, masked_widened = io.read_retyped(masked_path, numbers, csv=csv, text=text)
         report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, **options)
         report["input_types_widened"] = {"original": widened, "masked": masked_widened}
     except CSVParseError as exc:  # a malformed row: name its file and line

@@ -873,6 +873,29 @@ def _sampled_integers(files, dialect):
     return integers + [c for c in frame.columns if frame[c].dtype == np.float64 and frame[c].isna().all()]
 
 
+def zero_padded(path, columns, csv=None):
+    """The ``columns`` of a CSV input that hold a whole number written with leading zeros (``00123``, a
+    postcode; ``0`` and ``0.5`` are not) in the first :data:`SAMPLE_BYTES` of its first file: numbers
+    for pandas, which drops the zeros, text for the users who wrote them (:func:`read_input`'s
+    ``text``). [] for a Parquet input, whose columns have their types."""
+    from io import BytesIO
+
+    fmt, urlpath = resolve_input(path)
+    if fmt != "csv" or not columns:
+        return []
+    files, dialect = _csv_data_files(path, urlpath, csv or {})
+    with fsspec.open(files.names[0], "rb", compression="infer") as fh:
+        head = fh.read(SAMPLE_BYTES)
+        if len(head) == SAMPLE_BYTES:
+            head += fh.readline()
+    try:
+        frame = _pandas_csv(BytesIO(head), **dialect, usecols=list(columns), dtype="string",
+                            keep_default_na=False, na_values=[""])
+    except ValueError:  # a sample pandas cannot parse (cut inside a quoted field): the whole read reports it
+        return []
+    return [c for c in columns if frame[c].str.fullmatch(r"\s*[+-]?0[0-9]+\s*").fillna(False).any()]
+
+
 def _with_integers(read):
     """``(frame, columns)``: one piece of a CSV input as pandas reads it (``read(**options)``, its
     ``pandas.read_csv``), and its columns of whole numbers with empty cells, which pandas reads as
@@ -911,9 +934,10 @@ def _pandas_csv(source, **options):
     else:
         header = options.get("header")
         header = None if header == "infer" else header
-    dtype = options.get("dtype")
+    dtype, nulls = options.get("dtype"), options.get("na_values")
     wider = {**options, "names": [*names, _EXTRA], "header": header,
-             "dtype": {**dtype, _EXTRA: "string"} if isinstance(dtype, dict) else dtype}
+             "dtype": {**dtype, _EXTRA: "string"} if isinstance(dtype, dict) else dtype,
+             **({"na_values": {**nulls, _EXTRA: [""]}} if isinstance(nulls, dict) else {})}
     if options.get("usecols") is not None:
         wider["usecols"] = [*options["usecols"], _EXTRA]
     position = source.tell()
@@ -1145,6 +1169,24 @@ def _read_pieces(ddf, files, pieces, options):
     return dd.from_map(read, pieces, meta=ddf._meta, label="read-csv", enforce_metadata=False)
 
 
+def text_nulls(meta, text=()):
+    """The ``pandas.read_csv`` options that read a CSV input's text columns as written: the columns of
+    ``meta`` (the input as Dask guessed it) that hold text, and those of ``text``, have only their empty
+    cells missing, where pandas' defaults also read ``NA``, ``N/A``, ``NULL``, ``None``, ``nan``... as
+    missing (Namibia's country code ``NA`` was released as a null). Other columns keep pandas' markers
+    of missing numbers (``NA`` in a column of numbers, as R writes it). ``{}`` without text columns."""
+    import pandas as pd
+    from pandas._libs.parsers import STR_NA_VALUES
+
+    columns = [str(c) for c in meta.columns]
+    written = {c for c in columns if c in text or pd.api.types.is_object_dtype(meta[c].dtype)
+               or pd.api.types.is_string_dtype(meta[c].dtype)}
+    if not written:
+        return {}
+    markers = sorted(STR_NA_VALUES)
+    return {"keep_default_na": False, "na_values": {c: [""] if c in written else markers for c in columns}}
+
+
 def read_input(path, blocksize=None, dtypes=None, csv=None, text=(), floats=(), scan=True, warn=True):
     """A Dask DataFrame over the input; nothing is computed (schema only). CSV is read in blocks of
     ``blocksize`` bytes, Parquet in partitions of whole row groups up to :data:`PARQUET_BLOCKSIZE`.
@@ -1218,9 +1260,13 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
             dtypes = {**dtypes, **dict.fromkeys(integers, "Int64")} or None
             ddf = read_pandas(_read_csv, files.patterns(), blocksize=None if whole else blocksize, dtype=dtypes,
                               **csv)
+            nulls = text_nulls(ddf._meta, text)
+            if nulls:  # read again, with the text columns' cells as written
+                ddf = read_pandas(_read_csv, files.patterns(), blocksize=None if whole else blocksize,
+                                  dtype=dtypes, **csv, **nulls)
             pieces = None if whole or not scan else _csv_pieces(files, blocksize, csv)
             if pieces:  # a quoted field holds a line break, or a file read in blocks its columns in another order
-                ddf = _read_pieces(ddf, files, pieces, {**csv, "dtype": dtypes, "header": "infer"})
+                ddf = _read_pieces(ddf, files, pieces, {**csv, **nulls, "dtype": dtypes, "header": "infer"})
         else:
             # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
             # column like any other, released unchanged, not an index the write would drop

@@ -1494,8 +1494,23 @@ EVALUATION_KEYS = ("information_loss", "disclosure_risk", "score", "anonymity", 
 """What a release report keeps, under ``evaluation``, of :func:`pipeline.evaluate.evaluate`'s report."""
 
 
+def check_text_columns(text, options, columns):
+    """``--csv-text``'s columns (``text``, named as the input writes them): input columns, none of them
+    a quasi-identifier or the weights column, which must hold numbers."""
+    unknown = [c for c in text if c not in columns]
+    if unknown:
+        raise InputError(f"--csv-text names {len(unknown)} column(s) not in the input: "
+                         f"{', '.join(map(repr, unknown))}; the input has: {', '.join(columns)}")
+    blocks, named = attribute_blocks(options.attribute_blocks, options.quasi_identifiers, columns)
+    numbers = {*(as_written(named, {}) or ()), options.weights}
+    both = [c for c in text if c in numbers]
+    if both:
+        raise InputError(f"--csv-text names column(s) {', '.join(map(repr, both))} that must hold numbers "
+                         f"(quasi-identifiers or the weights); leave them out of --csv-text")
+
+
 def run(input_path, output, options, report_path=None, identifier_key=None, report_extra=None, html=True,
-        evaluation=None, csv=None, rows_in_quotes=False):
+        evaluation=None, csv=None, rows_in_quotes=False, text_columns=()):
     """Read, anonymize, check and atomically write a release; returns the report (a dict).
 
     ``report_extra``, if given, is called after the write and its dict merged into the report.
@@ -1507,18 +1522,41 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     commit (disclosure risk: DLD, ID, k'; the report's ``evaluation``; the page shows its measures).
     ``csv``: a CSV input's dialect (:func:`pipeline.io.csv_dialect`), kept in the report.
     ``rows_in_quotes``: do not refuse a CSV input's quoted values whose lines read as whole rows
-    (:func:`pipeline.io.swallowed_rows`); kept in the report if set.
+    (:func:`pipeline.io.swallowed_rows`); kept in the report if set. ``text_columns``: a CSV input's
+    columns read as text, as written (``--csv-text``); kept columns of whole numbers written with
+    leading zeros in the input's first rows are (:func:`pipeline.io.zero_padded`), and the
+    identifiers; the report lists the first two as ``text_columns``.
     """
     timings = Timings()
-    text = tuple(options.identifiers)  # dropped or hashed: a CSV input's as written (io.read_input)
+    # identifiers are dropped or hashed: a CSV input's as written (io.read_input)
+    text = (*options.identifiers, *text_columns)
     with timings.stage("read"):
         ddf, input_schema = io.read_input_and_schema(input_path, csv=csv, text=text)
     with timings.stage("validate"):
+        spaced = spaced_names(ddf.columns)
         options, evaluation = named_as_written(options, ddf.columns, evaluation)
+        text_columns = tuple(as_written(tuple(text_columns), spaced))
+        is_csv = io.resolve_input(input_path)[0] == "csv"
+        if is_csv:
+            check_text_columns(text_columns, options, [str(c) for c in ddf.columns])
+        else:  # a Parquet input's columns have their types
+            text_columns = ()
         columns = plan(ddf, options)  # fail on bad options before touching the output location
         floats = _kept_floats(ddf, options, columns) if input_schema is not None else ()  # Parquet's
         if floats:  # their NaNs apart from their nulls
             ddf, input_schema = io.read_input_and_schema(input_path, csv=csv, text=text, floats=floats)
+        if is_csv:
+            roles = {*columns[0], *columns[1], options.weights, *options.strata, *text_columns}
+            padded = io.zero_padded(input_path, [c for c, t in ddf.dtypes.items() if c not in roles
+                                                 and pd.api.types.is_integer_dtype(t)], csv)
+            if padded:
+                log.warning("input %s: column(s) %s hold whole numbers written with leading zeros (00123): read "
+                            "as text, as written (name such columns with --csv-text if their first rows have "
+                            "none)", input_path, ", ".join(map(repr, padded)))
+            text_columns = (*text_columns, *padded)
+            if set(text) != {*columns[1], *text_columns}:
+                text = (*columns[1], *text_columns)
+                ddf, input_schema = io.read_input_and_schema(input_path, csv=csv, text=text, warn=False)
         page = html_path(output, report_path) if html else None
         # written after the commit: a path that cannot be written fails now (one directly in the release,
         # whose directory the commit makes, can be written then)
@@ -1553,6 +1591,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         report.update(input=str(input_path), output=str(output))
         if csv:
             report["csv"] = csv
+        if text_columns:
+            report["text_columns"] = list(text_columns)
         if rows_in_quotes:
             report["rows_in_quotes_allowed"] = True
         # the page's data figures are drawn now (only the timings' come later)

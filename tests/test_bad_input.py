@@ -231,6 +231,50 @@ def test_csv_header_names_with_spaces_around_them_can_be_named_without(tmp_path,
     assert_k_anonymous(pd.read_parquet(tmp_path / "job"), [" a", " b"], 3)
 
 
+def test_csv_text_columns_are_released_as_written(tmp_path):
+    """A CSV input's kept text keeps ``NA``, ``NULL``, ``None`` (Namibia's country code was released as a
+    null) and only an empty cell is null; a column of numbers in a column of numbers still reads ``NA``
+    as missing. Whole numbers written with leading zeros in the first rows (postcodes) are text, as
+    are ``--csv-text``'s columns (``0456`` after the first rows); the evaluation reads them alike."""
+    rows = 40
+    df = pd.DataFrame({"id": range(rows), "country": (["NA", "DE", "", "FR"] * 10),
+                       "note": (["None", "NULL", "ok", "n/a"] * 10), "zip": (["00123", "02139", "", "10001"] * 10),
+                       "late": ["123"] * 30 + ["0456"] * 10, "Q": np.linspace(0.0, 1.0, rows),
+                       "B": [str(i % 7) for i in range(rows)]})
+    df.loc[5, "B"] = "NA"
+    path = tmp_path / "kept.csv"
+    df.to_csv(path, index=False)
+    common = ["--k", "3", "--qi", "Q", "--scheduler", "synchronous", "--no-html"]
+    out = tmp_path / "kept"
+    proc = microagg_cli("anonymize", path, out, *common, "--csv-text", "late", "--report", tmp_path / "r.json",
+                        check=True)
+    assert "column(s) 'zip' hold whole numbers written with leading zeros (00123): read as text" in proc.stderr
+    released = pd.read_parquet(out)
+    for column in ("country", "note", "zip", "late"):
+        assert [None if pd.isna(v) else v for v in released[column]] == [v or None for v in df[column]], column
+    assert released["B"].isna().tolist() == [i == 5 for i in range(rows)]  # 'NA' among numbers: missing
+    assert released["B"].dtype == "Int64"
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["text_columns"] == ["late", "zip"]
+    assert report["evaluation"]["checks"]["unchanged_columns"] == dict.fromkeys(
+        ["B", "country", "id", "late", "note", "zip"], 0)
+    proc = microagg_cli("evaluate", path, out, "--qi", "Q", "--k", "3", "--csv-text", "late", "--scheduler",
+                        "synchronous", "--no-html", "--report", tmp_path / "e.json", check=True)
+    assert "columns changed" not in proc.stdout, proc.stdout
+    # a quasi-identifier or an unknown column named as text is refused, naming it
+    for flags, message in ((["--csv-text", "Q"], "--csv-text names column(s) 'Q' that must hold numbers"),
+                           (["--csv-text", "nope"], "--csv-text names 1 column(s) not in the input: 'nope'")):
+        err = _fails(tmp_path, path, *common[:4], *flags)
+        assert message in err, err
+    job = tmp_path / "job.toml"
+    for text, code in (('["late"]', 0), ('["Q"]', 2)):
+        job.write_text(f'[input]\npath = "{path}"\ntext = {text}\n[output]\npath = "{tmp_path / "job"}"\n'
+                       f'[anonymize]\nk = 3\nquasi_identifiers = ["Q"]\n[cluster]\nscheduler = "synchronous"\n')
+        proc = microagg_cli("validate", job)
+        assert proc.returncode == code, proc.stderr
+    assert "[input] text names column(s) 'Q' that must hold numbers" in proc.stderr, proc.stderr
+
+
 def test_input_names_holding_glob_characters(tmp_path, small):
     """Files and directories whose names hold ``[`` or ``?`` are read as named (a CSV directory named
     ``extract[2026]`` was "max_workers must be greater than 0"); a name with ``*``, which fsspec
