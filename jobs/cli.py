@@ -393,6 +393,7 @@ def main(argv=None):
     use_system_allocator()
 
     previous = _on_signals()
+    _COMMAND["args"] = args
     try:
         return logs.finished(args, COMMANDS[args.command](args))
     except MicroaggError as exc:
@@ -476,6 +477,10 @@ def console():
     callers of ``main`` exit normally.)
     """
     code = main()
+    # the job is over: a signal now (Ctrl-C pressed again) ends the exit handlers, quietly
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name) and signal.getsignal(getattr(signal, name)) is not signal.SIG_IGN:
+            signal.signal(getattr(signal, name), lambda signum, frame: _leave(code))
     atexit._run_exitfuncs()  # what the interpreter would run at exit (logging's flush among them)
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -492,10 +497,38 @@ def _stop(exc_type):
     from ..pipeline import interrupts
 
     def handler(signum, frame):
+        if interrupts.requested() is not None:  # again, while the first one's exception unwinds the job
+            _stop_now(exc_type())
         interrupts.request(exc_type)
         raise exc_type()
 
     return handler
+
+
+_COMMAND = {}
+"""The running command's arguments (``args``), for :func:`_stop_now`'s message."""
+
+
+def _stop_now(exc):
+    """A second signal while the first one's exception unwinds the job (Ctrl-C pressed again as the
+    cluster shuts down): report it and leave at once, as the user asks. Raising again interrupted
+    Dask's shutdown part-way, which printed its tracebacks and then waited for its exit handlers. No
+    release can be partial (a release is committed by a rename); a temporary directory left beside
+    the output is removed by the next run (:func:`pipeline.io.prepare_output`)."""
+    code, word, cause = interruption(exc)
+    logs.failed(_COMMAND.get("args"), exc, code, f"microagg: {word} again{cause}: stopped without waiting for the "
+                                                 f"cluster to shut down; {what_was_written()}")
+    _leave(code)
+
+
+def _leave(code):
+    """Flush the standard streams and exit with ``code`` at once (no exit handlers, no teardown)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(code)
 
 
 def _on_signals():

@@ -253,6 +253,32 @@ def test_a_job_interrupted_in_the_middle_exits_with_its_code_and_leaves_nothing(
     assert not out.exists() and not temporaries(out)
 
 
+def test_ctrl_c_pressed_again_as_the_job_unwinds_stops_it_at_once_in_one_line(tmp_path, data):
+    """Ctrl-C pressed again and again as the job unwinds and shuts its cluster down: it leaves with one
+    ``failed`` event and no traceback (a second Ctrl-C interrupted Dask's shutdown or the exit
+    handlers, which printed their CancelledError and KeyboardInterrupt tracebacks); nothing is left
+    behind."""
+    _, source = data
+    out = tmp_path / "release"
+    job = Job("anonymize", source, out, "--k", 5, "--qi", ",".join(QUASI_IDENTIFIERS))
+    try:
+        job.wait_for(stage("statistics", "started"), "statistics stage")
+        while job.proc.poll() is None:  # every 0.05 s until it is gone
+            try:
+                job.signal(signal.SIGINT)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        got = job.finish(timeout=60)
+    finally:
+        job.stop()
+    assert got == 130
+    assert all("level" in e for e in job.events), [e for e in job.events if "level" not in e][:5]  # JSON only
+    (failed,) = [e for e in job.events if e.get("event") == "failed"]
+    assert failed["exit_code"] == 130 and failed["message"].endswith("nothing was written"), failed
+    assert not out.exists()
+
+
 _ON_A_TERMINAL = """
 import fcntl, os, signal, sys, termios
 os.setsid()
