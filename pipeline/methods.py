@@ -2,11 +2,15 @@
 
 A method's ``partition(Z, k, **options)`` takes a C-contiguous float64 ``(n, d)`` array of z-scores
 (``n >= k``) and returns int64 labels ``0..g-1`` with every group of at least k rows. Its keyword
-options (``grow``, ``gamma``, ``eps``, ``seed``...) are declared in ``Method.options`` with their
-defaults; :func:`run_method` rejects an option the method does not take. The in-memory API and the
-Dask pipeline both look methods up here, so one kernel serves both drivers.
+options (``grow``, ``gamma``, ``eps``, ``seed``...) are declared in its catalogue entry, each as an
+:class:`Option`: its default and the check of its value. The entry runs those checks on every call,
+before the method's code, and :func:`pipeline.validation.check_method_options` runs the same checks
+before any data is read, so the bounds are written once and a value is refused with one message on
+both paths. The in-memory API and the Dask pipeline both look methods up here, so one kernel serves
+both drivers. Refinements (:class:`Refiner`, ``REFINERS``) declare their options the same way.
 """
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -30,44 +34,165 @@ from ..kernels.fixed_size import tfrp as tfrp_kernel
 from ..kernels.mdav import mdav_nc
 from ..kernels.missing import mdav_missing
 from .errors import InputError
+from .mic1d import REMAINDERS
+from .sequence import GROUPINGS, direction, partition_sequence
+from .validation import check_seed
+
+
+# --- option checks ----------------------------------------------------------------------------------
+# Each is called as ``check(owner, name, value, options)``: ``owner`` is the method's (or refinement's)
+# name and ``name`` the option's, both for the message; ``options`` holds every option of the call,
+# defaults filled in. It returns the value as the method uses it, or raises an InputError.
 
 
 @dataclass(frozen=True)
-class Method:
+class Option:
+    """A keyword option of a method or refinement: its ``default``, and the ``check`` its value must
+    pass (one of the check classes below), which also converts it (``float(gamma)``)."""
+
+    default: object
+    check: Callable[[str, str, object, dict], object]
+
+
+def _is_number(value):
+    return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of the strings ``values``, returned as it is. ``message`` formats the refusal from
+    ``owner``, ``name``, ``values`` (comma-separated) and ``value``."""
+
+    values: tuple
+    message: str = "{owner} option {name} must be one of {values}; got {value!r}"
+
+    def __call__(self, owner, name, value, options):
+        if isinstance(value, str) and value in self.values:
+            return value
+        raise InputError(self.message.format(owner=owner, name=name, values=", ".join(self.values), value=value))
+
+
+@dataclass(frozen=True)
+class Real:
+    """A finite number in ``[low, high]``, as a float."""
+
+    low: float
+    high: float = np.inf
+
+    def __call__(self, owner, name, value, options):
+        if not _is_number(value) or not np.isfinite(value) or value > self.high or value < self.low:
+            raise InputError(f"{owner} option {name} must be a finite number in [{self.low}, {self.high}], "
+                             f"got {value!r}")
+        return float(value)
+
+
+@dataclass(frozen=True)
+class Positive:
+    """A finite number > 0, as a float, or None: the option left to the method (dbm's ``eps`` taken
+    from the data, no ``time_budget`` for ils)."""
+
+    def __call__(self, owner, name, value, options):
+        if value is None:
+            return None
+        if not _is_number(value) or not math.isfinite(value) or value <= 0:
+            raise InputError(f"{owner} option {name} must be a finite number > 0, got {value!r}")
+        return float(value)
+
+
+@dataclass(frozen=True)
+class Integer:
+    """An integer >= ``low``, as an int. With ``optional_with``, None too when the option it names is
+    set (ils runs for its ``time_budget`` alone when ``iterations`` is None)."""
+
+    low: int
+    optional_with: str | None = None
+
+    def __call__(self, owner, name, value, options):
+        if value is None and self.optional_with is not None and options.get(self.optional_with) is not None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < self.low:
+            raise InputError(f"{owner} option {name} must be an integer >= {self.low}, got {value!r}")
+        return int(value)
+
+
+@dataclass(frozen=True)
+class Seed:
+    """A seed the kernels can mix (:func:`pipeline.validation.check_seed`), as an int."""
+
+    def __call__(self, owner, name, value, options):
+        return check_seed(value, f"{owner} option {name}")
+
+
+class _Catalogued:
+    """What a :class:`Method` and a :class:`Refiner` share: ``declared`` options (name ->
+    :class:`Option`), and the checks of the options a call gives. ``noun`` ("method", "refinement")
+    names the kind of entry in messages."""
+
+    @property
+    def options(self):
+        """The keyword options it accepts, with their defaults."""
+        return {name: option.default for name, option in self.declared.items()}
+
+    def check_names(self, options):
+        """An InputError if ``options`` (a mapping or ``(name, value)`` pairs) names an option it
+        does not take."""
+        unknown = sorted(set(dict(options or ())) - set(self.declared))
+        if unknown:
+            raise InputError(f"{self.noun} {self.name!r} does not take option(s) {unknown}; it accepts: "
+                             f"{', '.join(self.declared) or 'none'}")
+
+    def option_value(self, name, options):
+        """The option ``name`` as ``options`` give it (else its default), checked and converted by
+        its declared check. The other options are only read (for a check that depends on one)."""
+        options = {**self.options, **dict(options or ())}
+        return self.declared[name].check(self.name, name, options[name], options)
+
+    def checked(self, options):
+        """Every declared option, as ``options`` give it or its default, checked and converted (in
+        name order, as :func:`pipeline.validation.check_method_options` reports them)."""
+        self.check_names(options)
+        return {name: self.option_value(name, options) for name in sorted(self.declared)}
+
+
+@dataclass(frozen=True)
+class Method(_Catalogued):
     """A microaggregation method.
 
     name : as the literature writes it, lower case
     summary : one line for ``microagg methods``
     reference : the paper (and section) it implements
-    partition : ``partition(Z, k, **options) -> labels``
-    options : the keyword options it accepts, with their defaults
+    solve : ``solve(Z, k, **options) -> labels``, given every option, checked (it trusts them)
+    declared : its keyword options, name -> :class:`Option` (default and check)
     bounded : every group has at most 2k-1 rows (the method promises it)
     """
 
     name: str
     summary: str
     reference: str
-    partition: Callable[..., np.ndarray]
-    options: dict = field(default_factory=dict)
+    solve: Callable[..., np.ndarray]
+    declared: dict = field(default_factory=dict)
     bounded: bool = True
+
+    noun = "method"
+
+    def partition(self, Z, k, **options):
+        """Labels of the method on ``Z``: ``options`` checked as declared (:meth:`checked`), then
+        :attr:`solve`."""
+        return self.solve(Z, k, **self.checked(options))
 
 
 GROW = ("nn", "nc")
+# the growth option of mdav, cbfs and tfrp: NN or NC (section 3.1 of
+# shared/papers/iterative-group-decomposition-refinement.txt)
+GROW_OPTION = Option("nn", Choice(GROW, "{owner} option {name} must be 'nn' (the record and its k-1 nearest "
+                                        "neighbours) or 'nc' (repeatedly the record nearest to the group's "
+                                        "centroid); got {value!r}"))
 
 
-def _grow_nc(method, grow):
-    """The ``grow`` option of the fixed-size methods: True for NC, False for NN (section 3.1 of
-    shared/papers/iterative-group-decomposition-refinement.txt)."""
-    if isinstance(grow, str) and grow in GROW:
-        return grow == "nc"
-    raise InputError(f"{method} option grow must be 'nn' (the record and its k-1 nearest neighbours) or 'nc' "
-                     f"(repeatedly the record nearest to the group's centroid); got {grow!r}")
-
-
-def _mdav(Z, k, grow="nn"):
+def _mdav(Z, k, grow):
     """MDAV; ``grow="nc"`` is MDAV-NC (same selection of r and s, NC growth). With missing values
     (NaN, ``--missing centroid``): MDAV over the observed coordinates (kernels/missing.py)."""
-    nc = _grow_nc("mdav", grow)
+    nc = grow == "nc"
     if np.isnan(Z).any():
         if nc:
             raise InputError("missing values are supported by mdav with grow=nn only")
@@ -75,23 +200,22 @@ def _mdav(Z, k, grow="nn"):
     return mdav_nc(Z, k) if nc else kernels.mdav(Z, k)
 
 
-def _cbfs(Z, k, grow="nn"):
+def _cbfs(Z, k, grow):
     """CBFS-NN (default) or CBFS-NC (``grow="nc"``, Laszlo & Mukherjee's original CBFS)."""
-    return cbfs_kernel(Z, k, _grow_nc("cbfs", grow))
+    return cbfs_kernel(Z, k, grow == "nc")
 
 
-def _tfrp(Z, k, grow="nn"):
+def _tfrp(Z, k, grow):
     """TFRP phase 1: TFRP-NN (default, the original TFRP-1) or TFRP-NC (``grow="nc"``)."""
-    return tfrp_kernel(Z, k, _grow_nc("tfrp", grow))
+    return tfrp_kernel(Z, k, grow == "nc")
 
 
-def _univariate(Z, k, grouping="optimal"):
-    from .sequence import univariate
+def _univariate(Z, k, grouping):
+    """Individual ranking of the one column of ``Z`` (microagg.anonymize applies it to each QI)."""
+    return partition_sequence(Z, k, "univariate", grouping)
 
-    return univariate(Z, k, grouping)
 
-
-def _mic1d(Z, k, remainder="separate"):
+def _mic1d(Z, k, remainder):
     raise InputError("mic1d releases protected values, not groups of records: use microagg.anonymize (or the "
                      "CLI) with method='mic1d', or microagg.pipeline.mic1d.protect")
 
@@ -99,31 +223,22 @@ def _mic1d(Z, k, remainder="separate"):
 def _projected(name):
     """The catalogue's entry for a projection method on the rows it is given (pipeline/sequence.py)."""
     def partition(Z, k):
-        from .sequence import direction, partition_sequence
-
         return partition_sequence(Z, k, name, "optimal", None, direction(name, Z))
 
     return partition
 
 
-def _dbm(Z, k, eps=None):
-    """DBM; ``eps`` is DBSCAN's Eps in z-score units (Euclidean), None for the kernel's default."""
-    if eps is None:
-        return dbm_kernel(Z, k, -1.0)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) or not np.isfinite(eps) \
-            or eps <= 0:
-        raise InputError(f"dbm option eps must be a positive finite number (a distance in z-score units) or "
-                         f"None for the data-driven default, got {eps!r}")
-    return dbm_kernel(Z, k, float(eps) * float(eps))
+def _dbm(Z, k, eps):
+    """DBM; ``eps`` is DBSCAN's Eps in z-score units (Euclidean), None for the kernel's data-driven
+    default."""
+    return dbm_kernel(Z, k, -1.0 if eps is None else eps * eps)
 
 
 MHM_ORDERS = ("mdav", "npn", "md", "cbfs")
 
 
-def _mhm(Z, k, mhm_order="mdav"):
+def _mhm(Z, k, mhm_order):
     """MHM: a record ordering, then the optimal contiguous k..2k-1 partition along it."""
-    if mhm_order not in MHM_ORDERS:
-        raise InputError(f"mhm option mhm_order must be one of {', '.join(MHM_ORDERS)}; got {mhm_order!r}")
     if mhm_order == "npn":
         order = npn_order(Z)
     else:
@@ -140,38 +255,6 @@ def _mhm(Z, k, mhm_order="mdav"):
     return labels
 
 
-def _real_option(method, name, value, low, high=np.inf):
-    """``value`` as a float in [low, high], else an InputError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value) or value > high or value < low:
-        raise InputError(f"{method} option {name} must be a finite number in [{low}, {high}], got {value!r}")
-    return float(value)
-
-
-def _int_option(method, name, value, low):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise InputError(f"{method} option {name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def _vmdav(Z, k, gamma=0.2):
-    """V-MDAV; ``gamma`` is the gain factor (0.2 for scattered data, 1.1 for clustered data)."""
-    return vmdav_kernel(Z, k, _real_option("vmdav", "gamma", gamma, 0.0))
-
-
-def _ga(Z, k, seed=0, macro=7, population=50, generations=300, crossover=0.5, mutation=0.02):
-    """MDAV/GA hybrid; see kernels/ga.py for the options."""
-    return ga_kernel(
-        Z, k,
-        seed=_int_option("ga", "seed", seed, 0),
-        macro=_int_option("ga", "macro", macro, 1),
-        population=_int_option("ga", "population", population, 1),
-        generations=_int_option("ga", "generations", generations, 0),
-        crossover=_real_option("ga", "crossover", crossover, 0.0, 1.0),
-        mutation=_real_option("ga", "mutation", mutation, 0.0, 1.0),
-    )
-
-
 _MIC1D = "Nin (Mic1D paper), Algorithm 1: shared/papers/mic1d-one-dimension-microaggregation.txt"
 
 METHODS = {
@@ -183,7 +266,7 @@ METHODS = {
             "Domingo-Ferrer & Torra (2005); shared/papers/dbm-density-based-microaggregation.txt section 2.4; "
             "grow=nc (MDAV-NC): shared/papers/iterative-group-decomposition-refinement.txt section 3.1, Tables 1-4",
             _mdav,
-            {"grow": "nn"},
+            {"grow": GROW_OPTION},
         ),
         Method(
             "pcp",
@@ -204,7 +287,8 @@ METHODS = {
             "Hansen & Mukherjee (2003); shared/papers/optimal-univariate-noise-microaggregation.txt sections II-III; "
             "see pipeline/sequence.py",
             _univariate,
-            {"grouping": "optimal"},
+            {"grouping": Option("optimal", Choice(GROUPINGS, "{owner} {name} must be one of {values}; "
+                                                             "got {value!r}"))},
         ),
         Method(
             "mic1d",
@@ -213,7 +297,8 @@ METHODS = {
             "Nin, Beyond multivariate microaggregation for large record anonymization; "
             "shared/papers/mic1d-one-dimension-microaggregation.txt section 3; see pipeline/mic1d.py",
             _mic1d,
-            {"remainder": "separate"},
+            {"remainder": Option("separate", Choice(REMAINDERS, "{owner} {name} must be one of {values}; "
+                                                                "got {value!r}"))},
             bounded=False,
         ),
         Method(
@@ -223,7 +308,7 @@ METHODS = {
             "Das & Borah, shared/papers/dbm-density-based-microaggregation.txt section 3 (Algorithm DBM); "
             "default eps: Ester et al. (1996) section 4.2, see kernels/dbm.py",
             _dbm,
-            {"eps": None},
+            {"eps": Option(None, Positive())},  # None: the data-driven default
             bounded=True,  # clusters of k..2k-1 kept, clusters of >= 2k split by MDAV (k..2k-1 each)
         ),
         Method(
@@ -234,7 +319,7 @@ METHODS = {
             "shared/papers/comparative-study-microaggregation.txt Table 4, "
             "shared/papers/iterative-group-decomposition-refinement.txt section 3.1; orderings: kernels/orders.py",
             _mhm,
-            {"mhm_order": "mdav"},
+            {"mhm_order": Option("mdav", Choice(MHM_ORDERS))},
         ),
         Method(
             "vmdav",
@@ -242,8 +327,8 @@ METHODS = {
             "towards 2k-1 while the next record is gamma-times closer to the group than to the rest",
             "Solanas & Martinez-Balleste (2006); shared/papers/comparative-study-microaggregation.txt section 3.6, "
             "Tables 6-7 (V-MDAV); see kernels/vmdav.py",
-            _vmdav,
-            {"gamma": 0.2},
+            vmdav_kernel,
+            {"gamma": Option(0.2, Real(0.0))},  # the gain factor: 0.2 for scattered data, 1.1 for clustered
             bounded=False,  # leftover records (< k) can push a group already at 2k-1 past it
         ),
         Method(
@@ -268,8 +353,10 @@ METHODS = {
             "MDAV/genetic-algorithm hybrid: MDAV macro-groups of K = macro*k records, a GA (N-ary coding, SSE "
             "fitness) k-partitions each",
             "Solanas (2008); shared/papers/comparative-study-microaggregation.txt section 3.1; see kernels/ga.py",
-            _ga,
-            {"seed": 0, "macro": 7, "population": 50, "generations": 300, "crossover": 0.5, "mutation": 0.02},
+            ga_kernel,
+            {"seed": Option(0, Seed()), "macro": Option(7, Integer(1)), "population": Option(50, Integer(1)),
+             "generations": Option(300, Integer(0)), "crossover": Option(0.5, Real(0.0, 1.0)),
+             "mutation": Option(0.02, Real(0.0, 1.0))},
         ),
         Method(
             "md",
@@ -286,7 +373,7 @@ METHODS = {
             "Laszlo & Mukherjee (2005); shared/papers/iterative-group-decomposition-refinement.txt section 3.1, "
             "Tables 1-4 (CBFS-NN, CBFS-NC = the original CBFS); see kernels/fixed_size.py",
             _cbfs,
-            {"grow": "nn"},
+            {"grow": GROW_OPTION},
         ),
         Method(
             "tfrp",
@@ -296,7 +383,7 @@ METHODS = {
             "Tables 1-4 (TFRP-NN, TFRP-NC); shared/papers/comparative-study-microaggregation.txt section 3.5; "
             "phase 2 is the tfrp2 refinement; see kernels/fixed_size.py",
             _tfrp,
-            {"grow": "nn"},
+            {"grow": GROW_OPTION},
         ),
         Method(
             "gsms",
@@ -340,12 +427,10 @@ def auto_members(Z, k, tried):
     return best, sse
 
 
-def _auto(Z, k, portfolio="race"):
+def _auto(Z, k, portfolio):
     """Every method of ``AUTO_PORTFOLIO``, each followed by local search to a local optimum; the
     partition with the lowest SSE. ``portfolio`` applies to the blocks of a blocked solve
     (:class:`Race`); one block alone always tries every member."""
-    if portfolio not in PORTFOLIOS:
-        raise InputError(f"auto option portfolio must be one of {', '.join(PORTFOLIOS)}; got {portfolio!r}")
     return auto_members(Z, k, np.ones(len(AUTO_PORTFOLIO), dtype=bool))[0]
 
 
@@ -391,19 +476,15 @@ METHODS["auto"] = Method(
     "(portfolio race, the default) or every member on every block (portfolio full)",
     "this project; the methods' own papers",
     _auto,
-    {"portfolio": "race"},
+    {"portfolio": Option("race", Choice(PORTFOLIOS))},
     bounded=False,  # vmdav's groups may exceed 2k-1
 )
 
 
 def run_method(method, Z, k, options=None):
-    """Labels of ``method`` (a :class:`Method`) on ``Z``; ``options`` may only name options it takes."""
-    options = dict(options or {})
-    unknown = sorted(set(options) - set(method.options))
-    if unknown:
-        accepted = ", ".join(method.options) or "none"
-        raise InputError(f"method {method.name!r} does not take option(s) {unknown}; it accepts: {accepted}")
-    return np.ascontiguousarray(method.partition(Z, k, **options), dtype=np.int64)
+    """Labels of ``method`` (a :class:`Method`) on ``Z``, as int64; ``options`` may only name options
+    it takes, and their values pass its declared checks."""
+    return np.ascontiguousarray(method.partition(Z, k, **dict(options or {})), dtype=np.int64)
 
 
 def get_method(name):
@@ -413,25 +494,19 @@ def get_method(name):
         raise InputError(f"unknown method {name!r}; available: {', '.join(METHODS)} (see `microagg methods`)") from None
 
 
+# the criterion of tfrp2 / decompose-shrink: "frozen" is TFRP-2's evaluation with the centroids of the
+# start of the pass (it reproduces the published tables), "exact" uses the current centroids and the
+# exact SSE change; see kernels/decomposition.py
 DECOMPOSITION_CRITERIA = ("frozen", "exact")
+CRITERION_OPTION = Option("frozen", Choice(DECOMPOSITION_CRITERIA))
 
 
-def _exact_criterion(refinement, criterion):
-    """The ``criterion`` option of tfrp2 / decompose-shrink: False for "frozen" (TFRP-2's evaluation
-    with the centroids of the start of the pass, which reproduces the published tables), True for
-    "exact" (current centroids, exact SSE change); see kernels/decomposition.py."""
-    if isinstance(criterion, str) and criterion in DECOMPOSITION_CRITERIA:
-        return criterion == "exact"
-    raise InputError(f"{refinement} option criterion must be one of {', '.join(DECOMPOSITION_CRITERIA)}; "
-                     f"got {criterion!r}")
+def _tfrp2(Z, labels, k, criterion):
+    return tfrp2_kernel(Z, labels, k, criterion == "exact")
 
 
-def _tfrp2(Z, labels, k, criterion="frozen"):
-    return tfrp2_kernel(Z, labels, k, _exact_criterion("tfrp2", criterion))
-
-
-def _decompose_shrink(Z, labels, k, criterion="frozen"):
-    return decompose_shrink_kernel(Z, labels, k, _exact_criterion("decompose-shrink", criterion))
+def _decompose_shrink(Z, labels, k, criterion):
+    return decompose_shrink_kernel(Z, labels, k, criterion == "exact")
 
 
 def _local(Z, labels, k, sweeps):
@@ -443,16 +518,18 @@ def _local(Z, labels, k, sweeps):
 ILS_ROUND = 25  # iterations between two looks at the clock
 
 
-def iterated_local_search(Z, labels, k, iterations=200, time_budget=None, seed=0):
+def iterated_local_search(Z, labels, k, **options):
     """The ILS kernel run in rounds of ``ILS_ROUND`` iterations until ``iterations`` are done or
     ``time_budget`` seconds have passed. Round ``r`` is seeded from ``(seed, r)``, so the result
     depends only on the seed and the iterations completed, which are returned:
     ``(labels, iterations_done)``. Without a time budget the result is reproducible bit for bit.
+    ``options``: those of the ``ils`` refinement (``iterations``, ``time_budget``, ``seed``), checked
+    and defaulted as it declares them.
     """
-    if time_budget is not None and not time_budget > 0:
-        raise InputError(f"the time budget must be a positive number of seconds, got {time_budget!r}")
-    if iterations is None and time_budget is None:
-        raise InputError("ils needs an iteration count or a time budget")
+    return _iterated_local_search(Z, labels, k, **REFINERS["ils"].checked(options))
+
+
+def _iterated_local_search(Z, labels, k, iterations, time_budget, seed):
     start = time.perf_counter()
     best = np.ascontiguousarray(labels, dtype=np.int64)
     done = 0
@@ -469,18 +546,25 @@ def iterated_local_search(Z, labels, k, iterations=200, time_budget=None, seed=0
 
 
 @dataclass(frozen=True)
-class Refiner:
+class Refiner(_Catalogued):
     """A refinement applied to any method's partition.
 
-    refine : ``refine(Z, labels, k, **options) -> labels``; never raises the SSE, keeps groups >= k
-    options : the keyword options it accepts, with their defaults
+    improve : ``improve(Z, labels, k, **options) -> labels``, given every option, checked (it trusts
+        them); never raises the SSE, keeps groups >= k
+    declared : its keyword options, name -> :class:`Option` (default and check)
     """
 
     name: str
     summary: str
     reference: str
-    refine: Callable[..., np.ndarray]
-    options: dict = field(default_factory=dict)
+    improve: Callable[..., np.ndarray]
+    declared: dict = field(default_factory=dict)
+
+    noun = "refinement"
+
+    def refine(self, Z, labels, k, **options):
+        """``labels`` refined: ``options`` checked as declared (:meth:`checked`), then :attr:`improve`."""
+        return self.improve(Z, labels, k, **self.checked(options))
 
 
 REFINERS = {
@@ -491,16 +575,16 @@ REFINERS = {
             "local",
             "local search to a local optimum: record moves, swaps and group dissolution between neighbouring groups",
             "shared/papers/iterative-group-decomposition-refinement.txt section 3 (moves of Decompose/Shrink)",
-            lambda Z, labels, k, sweeps=1000: _local(Z, labels, k, sweeps),
-            {"sweeps": 1000},
+            _local,
+            {"sweeps": Option(1000, Integer(0))},
         ),
         Refiner(
             "ils",
             "iterated local search: descent, perturbation of a random region, descent again; anytime, seeded",
             "Lourenco, Martin & Stuetzle (2003) Iterated local search; kernels/ils.py",
-            lambda Z, labels, k, iterations=200, time_budget=None, seed=0: iterated_local_search(
-                Z, labels, k, iterations, time_budget, seed)[0],
-            {"iterations": 200, "time_budget": None, "seed": 0},
+            lambda Z, labels, k, **options: _iterated_local_search(Z, labels, k, **options)[0],
+            {"iterations": Option(200, Integer(1, optional_with="time_budget")),
+             "time_budget": Option(None, Positive()), "seed": Option(0, Seed())},
         ),
         Refiner(
             "tfrp2",
@@ -509,7 +593,7 @@ REFINERS = {
             "Chang, Li & Huang (2007); shared/papers/iterative-group-decomposition-refinement.txt section 4 "
             "(Figures 2-3) and section 5.2 (TFRP2), Tables 2-4; see kernels/decomposition.py",
             _tfrp2,
-            {"criterion": "frozen"},
+            {"criterion": CRITERION_OPTION},
         ),
         Refiner(
             "decompose-shrink",
@@ -518,21 +602,17 @@ REFINERS = {
             "Khomnotai, Lin, Peng & Santra (2018); shared/papers/iterative-group-decomposition-refinement.txt "
             "section 4 (Figures 1-4), Tables 2-4; see kernels/decomposition.py",
             _decompose_shrink,
-            {"criterion": "frozen"},
+            {"criterion": CRITERION_OPTION},
         ),
     )
 }
 
 
 def run_refiner(refiner, Z, labels, k, options=None):
-    """Labels after ``refiner`` (a :class:`Refiner`); ``options`` may only name options it takes."""
-    options = dict(options or {})
-    unknown = sorted(set(options) - set(refiner.options))
-    if unknown:
-        accepted = ", ".join(refiner.options) or "none"
-        raise InputError(f"refinement {refiner.name!r} does not take option(s) {unknown}; it accepts: {accepted}")
-    return np.ascontiguousarray(refiner.refine(Z, np.ascontiguousarray(labels, dtype=np.int64), k, **options),
-                                dtype=np.int64)
+    """Labels after ``refiner`` (a :class:`Refiner`), as int64; ``options`` may only name options it
+    takes, and their values pass its declared checks."""
+    return np.ascontiguousarray(refiner.refine(Z, np.ascontiguousarray(labels, dtype=np.int64), k,
+                                               **dict(options or {})), dtype=np.int64)
 
 
 def get_refiner(name):

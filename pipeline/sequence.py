@@ -43,15 +43,13 @@ def is_sequence(method):
 
 
 def grouping_of(method, method_options):
-    """The contiguous grouping of a sequence method: ``univariate`` takes ``grouping`` (fixed or
-    optimal, default optimal); pcp and zscore are always optimal."""
-    options = dict(method_options or ())
+    """The contiguous grouping of a sequence method: ``univariate`` takes ``grouping`` (one of
+    ``GROUPINGS``, checked as its catalogue entry declares it); pcp and zscore are always optimal."""
     if method != "univariate":
         return "optimal"
-    grouping = options.get("grouping", "optimal")
-    if grouping not in GROUPINGS:
-        raise InputError(f"univariate grouping must be one of {', '.join(GROUPINGS)}; got {grouping!r}")
-    return grouping
+    from .methods import METHODS  # the catalogue imports this module
+
+    return METHODS["univariate"].option_value("grouping", method_options)
 
 
 def check_sequence(method, refine, attribute_blocks):
@@ -63,11 +61,6 @@ def check_sequence(method, refine, attribute_blocks):
                          "along its ordering (refinements improve the block methods' groups)")
     if method == "univariate" and attribute_blocks:
         raise InputError("--method univariate microaggregates every quasi-identifier on its own; it takes no --blocks")
-
-
-def univariate(Z, k, grouping="optimal"):
-    """The catalogue's entry point (one column): individual ranking of the values of ``Z`` (n, 1)."""
-    return partition_sequence(Z, k, "univariate", grouping_of("univariate", {"grouping": grouping}))
 
 
 def direction(method, Z_sample):

@@ -12,7 +12,6 @@ import numpy as np
 
 from .. import kernels
 from ..kernels.missing import fill_missing
-from .errors import InputError
 from .methods import Race, get_method, get_refiner, run_method, run_refiner
 
 
@@ -35,14 +34,10 @@ class Solver:
         return solver
 
     def check(self):
-        m = get_method(self.method)
-        r = get_refiner(self.refine)
-        for owner, options, accepted in ((f"method {m.name!r}", self.method_options, m.options),
-                                         (f"refinement {r.name!r}", self.refine_options, r.options)):
-            unknown = sorted(set(dict(options)) - set(accepted))
-            if unknown:
-                raise InputError(f"{owner} does not take option(s) {unknown}; it accepts: "
-                                 f"{', '.join(accepted) or 'none'}")
+        """The names: the method, the refinement and the options each takes (their values are checked
+        when they run, and early by :func:`pipeline.validation.check_method_options`)."""
+        get_method(self.method).check_names(self.method_options)
+        get_refiner(self.refine).check_names(self.refine_options)
 
     def block_seed(self, tag):
         """A 31-bit seed for the block ``tag``, derived from the job's seed."""

@@ -4,7 +4,6 @@ Every message names the column, the problem and the count of offending rows, so 
 fix the input without reading code.
 """
 
-import math
 import os
 import re
 
@@ -322,66 +321,20 @@ OPTION_FLAGS = {"grow": "--grow", "gamma": "--gamma", "eps": "--eps", "mhm_order
                 "iterations": "--iterations", "time_budget": "--time-budget"}
 
 
-def _option_value_checks():
-    """``name -> check(owner, value, options)`` of the method and refinement options: each raises an
-    :class:`InputError` for a value the method / refinement would refuse when it runs (the same
-    checks, or the same rules where the method checks inside its call)."""
-    from . import methods, mic1d, sequence
-
-    def positive(owner, name, value, allow_none=True):
-        if value is None and allow_none:
-            return
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-                or not math.isfinite(value) or value <= 0:
-            raise InputError(f"{owner} option {name} must be a finite number > 0, got {value!r}")
-
-    def choice(name, values):
-        def check(owner, value, options):
-            if not isinstance(value, str) or value not in values:
-                raise InputError(f"{owner} option {name} must be one of {', '.join(values)}; got {value!r}")
-        return check
-
-    def iterations(owner, value, options):
-        if value is None and options.get("time_budget") is not None:
-            return
-        methods._int_option(owner, "iterations", value, 1)
-
-    return {
-        "grow": lambda owner, value, options: methods._grow_nc(owner, value),
-        "gamma": lambda owner, value, options: methods._real_option(owner, "gamma", value, 0.0),
-        "eps": lambda owner, value, options: positive(owner, "eps", value),
-        "mhm_order": choice("mhm_order", methods.MHM_ORDERS),
-        "grouping": lambda owner, value, options: sequence.grouping_of("univariate", {"grouping": value}),
-        "remainder": lambda owner, value, options: mic1d.merge_of({"remainder": value}),
-        "portfolio": choice("portfolio", methods.PORTFOLIOS),
-        "seed": lambda owner, value, options: check_seed(value, f"{owner} option seed"),
-        "macro": lambda owner, value, options: methods._int_option(owner, "macro", value, 1),
-        "population": lambda owner, value, options: methods._int_option(owner, "population", value, 1),
-        "generations": lambda owner, value, options: methods._int_option(owner, "generations", value, 0),
-        "crossover": lambda owner, value, options: methods._real_option(owner, "crossover", value, 0.0, 1.0),
-        "mutation": lambda owner, value, options: methods._real_option(owner, "mutation", value, 0.0, 1.0),
-        "sweeps": lambda owner, value, options: methods._int_option(owner, "sweeps", value, 0),
-        "iterations": iterations,
-        "time_budget": lambda owner, value, options: positive(owner, "time_budget", value),
-        "criterion": choice("criterion", methods.DECOMPOSITION_CRITERIA),
-    }
-
-
 def check_method_options(method, method_options=None, refine="none", refine_options=None):
     """The method's and the refinement's names and options, their values included, checked before
-    anything is read (the methods check some values only when they run, on the first block). A
-    message names the option's flag (``--gamma: vmdav option gamma must be ...``) where it has one."""
+    anything is read: each value by the check its catalogue entry declares, the one the method runs
+    (:class:`pipeline.methods.Option`). A message names the option's flag (``--gamma: vmdav option
+    gamma must be ...``) where it has one."""
+    from .methods import get_method, get_refiner
     from .solver import Solver
 
     Solver.build(method, dict(method_options or ()), refine, dict(refine_options or ()))  # names, options taken
-    checks = _option_value_checks()
-    for owner, options in ((method, dict(method_options or ())), (refine, dict(refine_options or ()))):
-        for name, value in sorted(options.items()):
-            check = checks.get(name)
-            if check is None:
-                continue
+    for entry, options in ((get_method(method), dict(method_options or ())),
+                           (get_refiner(refine), dict(refine_options or ()))):
+        for name in sorted(options):
             try:
-                check(owner, value, options)
+                entry.option_value(name, options)
             except InputError as exc:
                 flag = OPTION_FLAGS.get(name)
                 raise InputError(f"{flag}: {exc}" if flag else str(exc)) from None
