@@ -755,13 +755,14 @@ def check_input(job):
     except InputError as exc:
         raise job_error(job, "input", f"path: {exc}") from None
     columns = [str(c) for c in ddf.columns]
+    # the columns as the input names them (a CSV header "id, income": ' income')
+    options, evaluate = named_as_written(job.options, columns, job.evaluate)
     if job.text and io.resolve_input(job.input)[0] == "csv":
         try:
-            check_text_columns(as_written(job.text, spaced_names(columns)), job.options, columns)
+            check_text_columns(as_written(job.text, spaced_names(columns)), options, columns)
         except InputError as exc:
             raise job_error(job, "input", exc) from None
-    try:  # the columns as the input names them (a CSV header "id, income": ' income')
-        options, evaluate = named_as_written(job.options, ddf.columns, job.evaluate)
+    try:
         qi, ids = plan(ddf, options)
     except InputError as exc:
         raise job_error(job, "anonymize", exc) from None

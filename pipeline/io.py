@@ -862,15 +862,22 @@ def _sampled_integers(files, dialect):
 
     import pandas as pd
 
-    with fsspec.open(files.names[0], "rb", compression="infer") as fh:
-        head = fh.read(SAMPLE_BYTES)
-        if len(head) == SAMPLE_BYTES:
-            head += fh.readline()
+    head = _head(files)
     try:
         frame, integers = _with_integers(lambda **options: _pandas_csv(BytesIO(head), **dialect, **options))
     except ValueError:
         return []
     return integers + [c for c in frame.columns if frame[c].dtype == np.float64 and frame[c].isna().all()]
+
+
+def _head(files):
+    """The first :data:`SAMPLE_BYTES` of a CSV input's first file (:class:`_CSVFiles`), to the end of
+    the line they stop in."""
+    with fsspec.open(files.names[0], "rb", compression="infer") as fh:
+        head = fh.read(SAMPLE_BYTES)
+        if len(head) == SAMPLE_BYTES:
+            head += fh.readline()
+    return head
 
 
 def zero_padded(path, columns, csv=None):
@@ -884,12 +891,8 @@ def zero_padded(path, columns, csv=None):
     if fmt != "csv" or not columns:
         return []
     files, dialect = _csv_data_files(path, urlpath, csv or {})
-    with fsspec.open(files.names[0], "rb", compression="infer") as fh:
-        head = fh.read(SAMPLE_BYTES)
-        if len(head) == SAMPLE_BYTES:
-            head += fh.readline()
     try:
-        frame = _pandas_csv(BytesIO(head), **dialect, usecols=list(columns), dtype="string",
+        frame = _pandas_csv(BytesIO(_head(files)), **dialect, usecols=list(columns), dtype="string",
                             keep_default_na=False, na_values=[""])
     except ValueError:  # a sample pandas cannot parse (cut inside a quoted field): the whole read reports it
         return []

@@ -166,7 +166,8 @@ def test_a_csv_column_that_changes_type_part_way_is_read_with_the_type_of_all_it
     microagg_cli("evaluate", source, tmp_path / "sync", "--qi", "q0,q1", "--report", evaluated, "--no-html",
                  "--scheduler", "synchronous", check=True)
     report = json.loads(evaluated.read_text())
-    assert report["input_types_widened"] == {"original": {"postcode": "string", "count": "Int64"}, "masked": None}
+    # the postcode, text in the release, is read as text from the start (pipeline.evaluate.run)
+    assert report["input_types_widened"] == {"original": {"count": "Int64"}, "masked": None}
     assert report["checks"]["unchanged_columns"] == {"postcode": 0, "count": 0}
 
 
