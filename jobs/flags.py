@@ -38,6 +38,9 @@ def add_csv_arguments(parser, which="the input"):
                              f"files; '\\t' for a tab)")
     parser.add_argument("--csv-decimal", default=None, metavar="CHAR",
                         help=f"the decimal mark of {which} when it is CSV (default '.'; ',' for 1,5)")
+    parser.add_argument("--csv-thousands", default=None, metavar="CHAR",
+                        help=f"the thousands separator of {which}'s numbers when it is CSV (default none; '.' "
+                             f"for 1.234,5 with --csv-decimal ',')")
     parser.add_argument("--csv-encoding", default=None, metavar="NAME",
                         help=f"the text encoding of {which} when it is CSV (default utf-8; e.g. latin-1, cp1252)")
     parser.add_argument("--csv-text", type=_column_list, default=(), metavar="COL,...",
@@ -50,7 +53,7 @@ def csv_flags(args):
     """The dialect (``pipeline.io.csv_dialect``) of the CSV flags; checked."""
     from ..pipeline import io
 
-    return io.csv_dialect(args.csv_separator, args.csv_decimal, args.csv_encoding)
+    return io.csv_dialect(args.csv_separator, args.csv_decimal, args.csv_encoding, args.csv_thousands)
 
 
 def scheduler_address(value):

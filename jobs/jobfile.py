@@ -12,7 +12,8 @@ Sections and keys (``*``: required)::
 
     [input]
     path*            CSV / Parquet file, Parquet directory or glob, fsspec URL, or example:NAME
-    separator, decimal, encoding   a CSV input's dialect (default ",", ".", "utf-8"; "\\t" for a tab)
+    separator, decimal, encoding, thousands   a CSV input's dialect (default ",", ".", "utf-8", none;
+                     "\\t" for a tab)
     text             a CSV input's columns read as text, as written (as --csv-text)
     allow_rows_in_quotes   true: release a CSV input's quoted values whose lines read as whole rows
 
@@ -294,7 +295,7 @@ class Key:
 
 SCHEMA = {
     "input": {"path": Key(_string, required=True, path=True), "separator": Key(_string), "decimal": Key(_string),
-              "encoding": Key(_string), "allow_rows_in_quotes": Key(_boolean), "text": Key(_names(allow_empty=False))},
+              "encoding": Key(_string), "thousands": Key(_string), "allow_rows_in_quotes": Key(_boolean), "text": Key(_names(allow_empty=False))},
     "output": {
         "path": Key(_string, required=True, path=True),
         "rows_per_file": Key(_integer(1)),
@@ -527,7 +528,8 @@ def load(path, date=None):
 
     get = lambda section, key, default=None: values.get(section, {}).get(key, default)  # noqa: E731
     try:
-        csv = io.csv_dialect(get("input", "separator"), get("input", "decimal"), get("input", "encoding"))
+        csv = io.csv_dialect(get("input", "separator"), get("input", "decimal"), get("input", "encoding"),
+                             get("input", "thousands"))
     except InputError as exc:
         raise JobFileError(path, [f"[input] {exc}"]) from None
     output = get("output", "path")

@@ -225,11 +225,13 @@ def same_columns(names, columns):
                          f"but not in the first, {names[0]}; every file of an input must have the same columns")
 
 
-def csv_dialect(separator=None, decimal=None, encoding=None):
+def csv_dialect(separator=None, decimal=None, encoding=None, thousands=None):
     """The ``pandas.read_csv`` options of a CSV dialect (``{}`` for the default: comma-separated,
-    decimal point, UTF-8). ``separator`` one character (``\\t`` or ``tab`` for a tab), ``decimal``
-    one character other than it, ``encoding`` a name Python knows (``latin-1``, ``cp1252``...).
-    Raises :class:`InputError` naming the option."""
+    decimal point, UTF-8, no thousands separator). ``separator`` one character (``\\t`` or ``tab`` for
+    a tab), ``decimal`` one character other than it, ``encoding`` a name Python knows (``latin-1``,
+    ``cp1252``...), ``thousands`` one character other than the decimal mark (``.`` in ``1.234,5``;
+    ``,`` in ``"1,234"`` quoted in a comma-separated file). Raises :class:`InputError` naming the
+    option."""
     dialect = {}
     if separator is not None:
         separator = {"\\t": "\t", "tab": "\t"}.get(separator, separator)
@@ -241,6 +243,12 @@ def csv_dialect(separator=None, decimal=None, encoding=None):
             raise InputError(f"the CSV decimal mark must be one character other than the separator and the digits, "
                              f"got {decimal!r}")
         dialect["decimal"] = decimal
+    if thousands is not None:  # it may be the field separator: "1,234" quoted in a comma-separated file
+        if len(thousands) != 1 or thousands == dialect.get("decimal", ".") or thousands.isdigit() \
+                or thousands in "\"\r\n":
+            raise InputError(f"the CSV thousands separator must be one character other than the decimal mark and "
+                             f"the digits, got {thousands!r}")
+        dialect["thousands"] = thousands
     if encoding is not None:
         try:
             codecs.lookup(encoding)
@@ -1452,6 +1460,7 @@ class RowShape(NamedTuple):
     decimal: str
     fields: int
     numbers: int
+    thousands: str = ""
 
 
 def row_shape(path, csv, fields, numbers):
@@ -1460,7 +1469,13 @@ def row_shape(path, csv, fields, numbers):
     if fmt != "csv":
         return None
     dialect = _with_tabs(csv or {}, fsspec.get_fs_token_paths(urlpath)[2])
-    return RowShape(dialect.get("sep", ","), dialect.get("decimal", "."), fields, numbers)
+    return RowShape(dialect.get("sep", ","), dialect.get("decimal", "."), fields, numbers, dialect.get("thousands", ""))
+
+
+def python_number(text, thousands="", decimal="."):
+    """A CSV field's text as Python writes numbers: the ``thousands`` separators dropped, the
+    ``decimal`` mark a point (``1.234,5`` -> ``1234.5``)."""
+    return (text.replace(thousands, "") if thousands else text).replace(decimal, ".")
 
 
 def _is_number(text):
@@ -1501,7 +1516,8 @@ def swallowed_rows(frame, shape):
             for line in lines:
                 pieces = line.split(shape.separator)
                 if len(pieces) == shape.fields and sum(
-                        _is_number(p.strip().replace(shape.decimal, ".")) for p in pieces) >= max(shape.numbers, 1):
+                        _is_number(python_number(p.strip(), shape.thousands, shape.decimal)) for p in pieces
+                ) >= max(shape.numbers, 1):
                     rows += 1
             if rows:
                 count += rows
@@ -1554,9 +1570,9 @@ def _block_kinds(block, names, first, dialect, qi):
     text = {}
     for column in qi:
         if kinds.get(column) not in ("i", "u", "f", "n", "e"):
-            values = frame[column].astype(str).where(frame[column].notna())
-            if dialect.get("decimal", ".") != ".":
-                values = values.str.replace(dialect["decimal"], ".", regex=False)
+            values = frame[column].astype(str).where(frame[column].notna()).map(
+                partial(python_number, thousands=dialect.get("thousands", ""), decimal=dialect.get("decimal", ".")),
+                na_action="ignore")
             bad = frame[column][pd.to_numeric(values, errors="coerce").isna() & frame[column].notna()]
             text[column] = (len(bad), bad.iloc[0] if len(bad) else None)
     return kinds, text

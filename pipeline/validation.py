@@ -218,6 +218,27 @@ def non_numeric_values(values):
     return len(bad), (bad.iloc[0] if len(bad) else None)
 
 
+_NUMBER_FORMATS = (  # (a number written with separators, the flags that read it)
+    (r"[+-]?\d{1,3}(\.\d{3})+,\d+|[+-]?\d{1,3}(\.\d{3}){2,}", "thousands separators '.' and a decimal comma: give "
+                                                         "--csv-thousands '.' and --csv-decimal ','"),
+    (r"[+-]?\d{1,3}(,\d{3})+\.\d+|[+-]?\d{1,3}(,\d{3}){2,}", "thousands separators ',': give --csv-thousands ','"),
+    (r"[+-]?\d{1,3}( \d{3})+([.,]\d+)?", "thousands separators ' ': give --csv-thousands ' ' (and --csv-decimal ',' "
+                                        "for a decimal comma)"),
+    (r"[+-]?\d{1,3},\d{3}", "a thousands separator, or a decimal comma: give --csv-thousands ',', or --csv-decimal "
+                          "',' in a file not separated by commas"),
+    (r"[+-]?\d*,\d+", "a decimal comma: give --csv-decimal ','"),
+)
+
+
+def number_format_hint(text):
+    """`` (what the number looks written with: the flags that read it)``, or "" for a value that does not
+    look like a number written with a decimal comma or thousands separators."""
+    for pattern, hint in _NUMBER_FORMATS:
+        if re.fullmatch(pattern, text.strip()):
+            return f" ({hint})"
+    return ""
+
+
 def non_numeric_error(column, values, which=""):
     """The error for a QI column whose dtype is not numeric: the count of its values that are not
     numbers and one of them. ``values``: the column, a pandas Series or a Dask one (counted partition
@@ -233,8 +254,8 @@ def non_numeric_error(column, values, which=""):
     example = next((e for c, e in found if c), None)
     shown = (f"{count} row(s) hold a value that is not a number, for example {example!r}" if count else
              "store it as numbers")
-    if count and re.fullmatch(r"\s*[+-]?\d*,\d+\s*", str(example)):
-        shown += " (a decimal comma: give --csv-decimal ',')"
+    if count:
+        shown += number_format_hint(str(example))
     of = f" of the {which} file" if which else ""
     return InputError(f"quasi-identifier column {column!r}{of} is not numeric (dtype {values.dtype}): {shown}; "
                       f"microaggregation needs numbers: clean the column or leave it out of --qi")

@@ -106,6 +106,35 @@ def test_a_csv_in_another_dialect_names_the_flag_that_reads_it(tmp_path, small):
         assert message in _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,b", flag, value)
 
 
+def test_numbers_with_thousands_separators_are_read_with_csv_thousands(tmp_path):
+    """``1.234,5`` in a semicolon-separated file and ``"1,234.5"`` quoted in a comma-separated one (a
+    spreadsheet's export of formatted numbers): refused as text with the flags that read them (the
+    hint said "a decimal comma" for both), and read with them as the plain numbers are."""
+    rng = np.random.default_rng(5)
+    q, b = rng.integers(1_000, 9_999_999, 60) / 10, rng.integers(0, 99, 60)
+    plain = _csv(tmp_path, pd.DataFrame({"Q": q, "B": b}), "plain.csv")
+    european = tmp_path / "de.csv"
+    european.write_text("Q;B\n" + "".join(f"{v:,.1f};{w}\n".replace(",", "_").replace(".", ",").replace("_", ".")
+                                          for v, w in zip(q, b)))
+    spreadsheet = tmp_path / "us.csv"
+    spreadsheet.write_text("Q,B\n" + "".join(f'"{v:,.1f}",{w}\n' for v, w in zip(q, b)))
+    common = ["--k", "3", "--qi", "Q,B", "--scheduler", "synchronous", "--no-html"]
+    microagg_cli("anonymize", plain, tmp_path / "plain", *common, check=True)
+    expected = pd.read_parquet(tmp_path / "plain")
+    for source, dialect, hint in (
+            (european, ["--csv-separator", ";", "--csv-decimal", ","],
+             "(thousands separators '.' and a decimal comma: give --csv-thousands '.' and --csv-decimal ',')"),
+            (spreadsheet, [], "(thousands separators ',': give --csv-thousands ',')")):
+        err = _fails(tmp_path, source, *common[:4], *dialect)
+        assert "'Q' is not numeric" in err and hint in err, err
+        flag = "." if source == european else ","
+        out = tmp_path / f"read-{source.stem}"
+        microagg_cli("anonymize", source, out, *common, *dialect, "--csv-thousands", flag, check=True)
+        pd.testing.assert_frame_equal(pd.read_parquet(out), expected)
+    message = _fails(tmp_path, plain, *common[:4], "--csv-thousands", ".")
+    assert "thousands separator must be one character other than the decimal mark" in message
+
+
 def _export(n, seed=0):
     """A warehouse export's lines: an id, a free-text note, two QIs."""
     rng = np.random.default_rng(seed)

@@ -381,6 +381,8 @@ BAD = [
      "[input] the CSV separator must be one character"),
     ("[input]\npath = 'x'\nseparator = ';'\ndecimal = ';'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n",
      "[input] the CSV decimal mark must be one character other than the separator"),
+    ("[input]\npath = 'x'\nthousands = '.'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n",
+     "[input] the CSV thousands separator must be one character other than the decimal mark"),
     ("[input]\npath = 'x'\nencoding = 'latin-9000'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n",
      "[input] unknown CSV encoding 'latin-9000'"),
     ("[input]\npath = 'x'\nallow_rows_in_quotes = 'yes'\n[output]\npath = 'y'\n[anonymize]\nk = 5\n",
