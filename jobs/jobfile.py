@@ -295,7 +295,8 @@ class Key:
 
 SCHEMA = {
     "input": {"path": Key(_string, required=True, path=True), "separator": Key(_string), "decimal": Key(_string),
-              "encoding": Key(_string), "thousands": Key(_string), "allow_rows_in_quotes": Key(_boolean), "text": Key(_names(allow_empty=False))},
+              "encoding": Key(_string), "thousands": Key(_string), "allow_rows_in_quotes": Key(_boolean),
+              "text": Key(_names(allow_empty=False))},
     "output": {
         "path": Key(_string, required=True, path=True),
         "rows_per_file": Key(_integer(1)),
