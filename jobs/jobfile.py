@@ -751,7 +751,6 @@ def check_input(job):
     on it: returns ``(qi, identifiers, columns)``."""
     from ..pipeline import io
     from ..pipeline.release import check_text_columns, named_as_written, plan
-    from ..pipeline.validation import as_written, spaced_names
 
     try:
         ddf = io.read_input(job.input, csv=job.csv, scan=False)
@@ -759,10 +758,10 @@ def check_input(job):
         raise job_error(job, "input", f"path: {exc}") from None
     columns = [str(c) for c in ddf.columns]
     # the columns as the input names them (a CSV header "id, income": ' income')
-    options, evaluate = named_as_written(job.options, columns, job.evaluate)
-    if job.text and io.resolve_input(job.input)[0] == "csv":
+    options, evaluate, text = named_as_written(job.options, columns, job.evaluate, job.text)
+    if text and io.resolve_input(job.input)[0] == "csv":
         try:
-            check_text_columns(as_written(job.text, spaced_names(columns)), options, columns)
+            check_text_columns(text, options, columns)
         except InputError as exc:
             raise job_error(job, "input", exc) from None
     try:

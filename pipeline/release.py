@@ -151,14 +151,16 @@ def _kept_floats(ddf, options, columns):
     return tuple(c for c, t in ddf.dtypes.items() if c not in roles and pd.api.types.is_float_dtype(t))
 
 
-def named_as_written(options, columns, evaluation=None):
-    """``(options, evaluation)`` with each column they name that is no input column, but one whose name
-    has spaces around it (a CSV header written ``id, income, age``: ``--qi income,age``), named as the
-    input writes it (:func:`pipeline.validation.spaced_names`; logged). The release keeps the input's
-    names. ``evaluation``: the evaluation's options, whose ``known`` sets name columns too."""
+def named_as_written(options, columns, evaluation=None, text=()):
+    """``(options, evaluation, text)`` with each column they name that is no input column, but one whose
+    name has spaces around it (a CSV header written ``id, income, age``: ``--qi income,age``), named as
+    the input writes it (:func:`pipeline.validation.spaced_names`; logged). The release keeps the
+    input's names. ``evaluation``: the evaluation's options, whose ``known`` sets name columns too;
+    ``text``: the columns read as text (``--csv-text``)."""
+    text = tuple(text)
     spaced = spaced_names(columns)
     if not spaced:
-        return options, evaluation
+        return options, evaluation, text
     blocks = options.attribute_blocks
     if isinstance(blocks, str):
         blocks = [b.split(",") for b in blocks.split(";")]
@@ -172,13 +174,13 @@ def named_as_written(options, columns, evaluation=None):
         evaluation = {**evaluation, "known": [as_written(list(s), spaced) for s in known]}
     requested = {*as_written(options.quasi_identifiers or (), {}), *as_written(options.identifiers, {}),
                  *options.strata, options.weights, *(c.strip() for b in blocks for c in b),
-                 *(c for s in known for c in s)}
+                 *(c for s in known for c in s), *text}
     used = sorted(spaced[n] for n in requested if n in spaced)
     if used:
         log.warning("input column(s) %s have spaces around their names (a CSV header written 'a, b'): the options "
                     "name them without, and the release keeps their names as written",
                     ", ".join(map(repr, used)))
-    return named, evaluation
+    return named, evaluation, as_written(text, spaced)
 
 
 def plan(ddf, options):
@@ -1533,9 +1535,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     with timings.stage("read"):
         ddf, input_schema = io.read_input_and_schema(input_path, csv=csv, text=text)
     with timings.stage("validate"):
-        spaced = spaced_names(ddf.columns)
-        options, evaluation = named_as_written(options, ddf.columns, evaluation)
-        text_columns = tuple(as_written(tuple(text_columns), spaced))
+        options, evaluation, text_columns = named_as_written(options, ddf.columns, evaluation, text_columns)
         is_csv = io.resolve_input(input_path)[0] == "csv"
         if is_csv:
             check_text_columns(text_columns, options, [str(c) for c in ddf.columns])
