@@ -44,7 +44,8 @@ def _add_anonymize(sub):
                         "univariate are sequence methods: one global ordering, then the exact optimal (or, "
                         "univariate fixed, run-of-k) contiguous partition along it, distributed without blocks. "
                         "mic1d (Mic1D-k): every QI value in one sorted vector, runs of k values normalized "
-                        "twice and released as their means; k counts values, records are not k-anonymous (the "
+                        "twice and released as their means (a constant QI is released as it is, outside the "
+                        "vector); k counts values, records are not k-anonymous (the "
                         "report gives the real anonymity k')")
     p.add_argument("--qi", default=None, metavar="COL,COL,...",
                    help="quasi-identifier columns; default (without --qi): every numeric column not named in "
@@ -221,9 +222,12 @@ def _anonymize(args):
                          evaluation=evaluation, csv=csv, rows_in_quotes=args.allow_rows_in_quotes,
                          text_columns=args.csv_text)
     if report["method"] == "mic1d":
-        _say(args, f"release: {report['output']} ({report['rows']} rows, {report['values']} values in "
-                   f"{report['groups']} runs of {report['min_group_size']}..{report['max_group_size']} values, "
-                   f"k={report['k']}, method mic1d; real anonymity k' {report['real_anonymity']['all']:.2f})")
+        runs = (f"{report['values']} values in {report['groups']} runs of {report['min_group_size']}.."
+                f"{report['max_group_size']} values" if report["groups"] else "no QI varies")
+        _say(args, f"release: {report['output']} ({report['rows']} rows, {runs}, k={report['k']}, method mic1d; "
+                   f"real anonymity k' {report['real_anonymity']['all']:.2f})")
+        if report["constant_columns"]:
+            _say(args, f"constant QIs released as they are: {', '.join(report['constant_columns'])}")
     else:
         _say(args, f"release: {report['output']} ({report['rows']} rows, {report['groups']} groups of "
                    f"{report['min_group_size']}..{report['max_group_size']} records, k={report['k']}, "

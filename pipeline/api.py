@@ -15,7 +15,7 @@ from .errors import InputError
 from .blocked import Blocking, blocked_partition
 from .blocking import default_block_size, sample_plan
 from ..kernels.missing import observed_means
-from .mic1d import check_mic1d, is_mic1d, merge_of, protect
+from .mic1d import check_mic1d, constant_columns, is_mic1d, merge_of, protect, vector_width
 from .sequence import check_sequence, direction, grouping_of, is_sequence, partition_sequence
 from .solver import Solver
 from .stitch import STITCHING, solve_block
@@ -304,10 +304,14 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
     if weights is not None:
         w = df[weights].to_numpy(dtype=np.float64)
         check_weight_values(weights, int((~(np.isfinite(w) & (w > 0))).sum()))
-    width = min(len(b) for b in blocks or [qi]) if is_mic1d(method) else 1  # Mic1D-k's k counts values
+    X = np.ascontiguousarray(df[qi].to_numpy(dtype=np.float64))
+    width = 1
+    if is_mic1d(method):  # Mic1D-k's k counts values: rows x the smallest block's varying columns
+        starts = np.cumsum([0] + [len(b) for b in blocks or [qi]])
+        constant = constant_columns(X.min(axis=0), X.max(axis=0)) if len(X) else np.zeros(len(qi), dtype=bool)
+        width = vector_width([range(a, b) for a, b in zip(starts[:-1], starts[1:])], constant)
     k = check_k(k, len(df) * width)
     Solver.build(method, method_options, refine, refine_options, seed)  # fail before any work
-    X = np.ascontiguousarray(df[qi].to_numpy(dtype=np.float64))
     Z, mean, std = standardize(X, qi, missing)
     released = np.empty_like(X)
     first = 0

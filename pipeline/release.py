@@ -1270,19 +1270,21 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
 
         edges = report_page.histogram_edges(lo, hi)  # the report's histograms: the original's range
         # Mic1D-k's k counts values (each block's rows x columns), every other method's rows
-        width = min(len(b) for b in options.attribute_blocks or [qi]) if mic1d.is_mic1d(options.method) else 1
+        blocks = [list(b) for b in options.attribute_blocks] or (
+            [[c] for c in qi] if options.method == "univariate" else [list(qi)])  # individual ranking: column by column
+        starts = np.cumsum([0] + [len(b) for b in blocks])
+        constant = mic1d.constant_columns(lo, hi)  # Mic1D-k releases these as they are
+        width = (mic1d.vector_width([range(a, b) for a, b in zip(starts[:-1], starts[1:])], constant)
+                 if mic1d.is_mic1d(options.method) else 1)
         check_k(options.k, n_rows * width)
         check_file_count(n_rows, options.rows_per_file)
         strata = (plan_strata(options.strata, evidence, qi, mean, std, -(-options.k // width), options.small_strata)
                   if options.strata else None)
         source, lengths = _without_empty_partitions(source, lengths)
         frame = with_row_ids(source, lengths)
-    blocks = [list(b) for b in options.attribute_blocks] or (
-        [[c] for c in qi] if options.method == "univariate" else [list(qi)])  # individual ranking: column by column
-    starts = np.cumsum([0] + [len(b) for b in blocks])
     if mic1d.is_mic1d(options.method):
         return _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, starts, n_rows, mean, std,
-                            covariance, lengths, strata, edges, complete)
+                            covariance, lengths, strata, np.where(constant, lo, np.nan), edges, complete)
     with timings.stage("blocks"):
         solved, forests = [], []
         sample = draw_sample(frame, qi, n_rows, options)  # one sample serves every attribute block
@@ -1391,31 +1393,67 @@ def _mic1d_gate(evidence, n_rows, width, bounds, k, merge):
             "sse": sum(e["sse"] for e in evidence), "data": data}
 
 
+def _constant_pieces(lengths, value):
+    """A constant column's released pieces (Mic1D-k releases it as it is): one per input partition of
+    ``lengths`` rows, every row carrying ``value``, built from the row ids alone."""
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return [delayed(_constant_piece, pure=True)(int(a), int(b), float(value)) for a, b in zip(offsets[:-1], offsets[1:])]
+
+
+def _constant_piece(start, stop, value):
+    return Released(np.arange(start, stop, dtype=np.int64), np.zeros(stop - start, dtype=np.int64),
+                    np.array([[value]]), {})
+
+
+def _mic1d_data(totals, vectors, fixed, edges, n_rows):
+    """The report's data summary of a Mic1D-k release, all QIs in order: each vector's counts and SSE
+    in its columns' rows, a constant column's counts from its one value (``fixed``: the value, NaN for
+    the vectorized columns); None if a vector has none."""
+    if edges is None or any(t["data"] is None for t in totals):
+        return [None]
+    width, bins = edges.shape[0], edges.shape[1] - 1
+    counts_x, counts_m, sq_diff = np.zeros((width, bins), dtype=np.int64), np.zeros((width, bins), dtype=np.int64), np.zeros(width)
+    for cols, total in zip(vectors, totals):
+        counts_x[cols], counts_m[cols], moments, _ = total["data"]
+        sq_diff[cols] = moments["sq_diff"]
+    for c in np.flatnonzero(~np.isnan(fixed)):
+        counts_x[c] = counts_m[c] = histogram.bin_counts(np.array([[fixed[c]]]), edges[c:c + 1],
+                                                         np.array([n_rows], dtype=np.int64))[0]
+    return [(counts_x, counts_m, {"sq_diff": sq_diff}, Counter())]
+
+
 def _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, starts, n_rows, mean, std, covariance,
-                 lengths, strata, edges=None, complete=0):
-    """:func:`build_release` for Mic1D-k: every attribute block (by default all QIs) vectorized and
-    protected on its own; the gate checks the runs; the report gives k' for the whole record, each
-    block and each QI."""
+                 lengths, strata, fixed, edges=None, complete=0):
+    """:func:`build_release` for Mic1D-k: every attribute block's (by default all QIs') varying columns
+    vectorized and protected on their own, its constant columns released as they are (``fixed``: their
+    value, NaN for the others); the gate checks the runs; the report gives k' for the whole record,
+    each block and each QI."""
     from .. import __version__
 
     merge = mic1d.merge_of(options.method_options)
+    constant = ~np.isnan(fixed)
     with timings.stage("blocks"):
         sample = draw_sample(frame, qi, n_rows, options)
-        columns, evidence, buckets = [], [], 0
-        for block, first in zip(blocks, starts):
-            cols = np.arange(first, first + len(block))
-            pieces, proof, n_buckets = solve_mic1d(frame, block, n_rows, mean[cols], std[cols], options, strata,
-                                                   int(first), sample, edges)
+        columns, evidence, vectors, buckets = {}, [], [], 0
+        for first, last in zip(starts[:-1], starts[1:]):
+            cols = first + np.flatnonzero(~constant[first:last])
+            if not len(cols):
+                continue
+            pieces, proof, n_buckets = solve_mic1d(frame, [qi[c] for c in cols], n_rows, mean[cols], std[cols],
+                                                   options, strata, 0, sample, None if edges is None else edges[cols])
             flat = persisted(*[p for column in pieces for p in column], *proof)
             per = len(pieces[0])
-            columns += [list(flat[j * per:(j + 1) * per]) for j in range(len(block))]
-            evidence.append(list(flat[len(block) * per:]))
+            columns.update({int(c): list(flat[j * per:(j + 1) * per]) for j, c in enumerate(cols)})
+            evidence.append(list(flat[len(cols) * per:]))
+            vectors.append(cols)
             buckets += n_buckets
+        columns.update({int(c): _constant_pieces(lengths, fixed[c]) for c in np.flatnonzero(constant)})
     with timings.stage("gate"):
         totals = []
-        for block, proof in zip(blocks, evidence):
-            bounds = _mic1d_bounds(strata, n_rows, len(block))
-            totals.append(_mic1d_gate(dask.compute(*proof), n_rows, len(block), bounds, options.k, merge))
+        for cols, proof in zip(vectors, evidence):
+            bounds = _mic1d_bounds(strata, n_rows, len(cols))
+            totals.append(_mic1d_gate(dask.compute(*proof), n_rows, len(cols), bounds, options.k, merge))
+    columns = [columns[j] for j in range(len(qi))]
     by_column = [(range(j, j + 1), pieces) for j, pieces in enumerate(columns)]
     with timings.stage("real anonymity"):
         subsets = {"all": tuple(range(len(qi)))}
@@ -1441,10 +1479,11 @@ def _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, start
         "statistics": {"mean": mean.tolist(), "std": std.tolist(), "covariance": covariance.tolist()},
         "identifiers_dropped": [] if options.hash_identifiers else ids,
         "identifiers_hashed": ids if options.hash_identifiers else [],
-        "values": n_rows * len(qi),
+        "values": n_rows * sum(len(cols) for cols in vectors),  # the vectors' values
+        "constant_columns": [qi[c] for c in np.flatnonzero(constant)],  # released as they are
         "groups": sum(t["runs"] for t in totals),  # runs of the second sort: the released means
-        "min_group_size": min(t["min_run"] for t in totals),
-        "max_group_size": max(t["max_run"] for t in totals),
+        "min_group_size": min((t["min_run"] for t in totals), default=None),
+        "max_group_size": max((t["max_run"] for t in totals), default=None),
         "remainder_runs": sum(t["short_runs"] for t in totals),
         "remainder": "merge" if merge else "separate",
         "information_loss": 100.0 * sse / sst if sst > 0 else 0.0,
@@ -1466,8 +1505,8 @@ def _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, start
         "options": asdict(options),
         "version": __version__,
     }
-    report["summary"] = _data_summary(qi, edges, [t["data"] for t in totals], n_rows, complete, covariance,
-                                      comoment)
+    report["summary"] = _data_summary(qi, edges, _mic1d_data(totals, vectors, fixed, edges, n_rows), n_rows,
+                                      complete, covariance, comoment)
     key = identifier_key if options.hash_identifiers else None
     released = restore_order(frame, by_column, lengths, qi, ids, n_rows, options.rows_per_file, key, None)
     return released, report

@@ -39,9 +39,41 @@ def _ties(n, seed):
 
 @pytest.mark.parametrize("k, merge", [(3, False), (7, True), (40, False), (1000, False)])
 def test_in_memory_follows_the_paper_step_by_step(k, merge):
-    X = _ties(300, seed=k).to_numpy()
+    X = _ties(400, seed=k).to_numpy()  # column d is all zeros: released as it is, outside the vector
     got = mic1d.protect(X, k, merge=merge)
-    np.testing.assert_allclose(got, mic1d_paper(X, k, merge), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(got[:, :3], mic1d_paper(X[:, :3], k, merge), rtol=1e-12, atol=1e-9)
+    np.testing.assert_array_equal(got[:, 3], X[:, 3])
+
+
+def test_constant_columns_are_released_as_they_are_in_memory_and_distributed(tmp_path):
+    rng = np.random.default_rng(4)
+    n = 997
+    df = pd.DataFrame({"a": rng.normal(size=n), "c": np.full(n, 0.1), "b": rng.integers(0, 50, n).astype(float),
+                       "d": np.full(n, 7.0)})
+    X = df.to_numpy()
+    # the paper's vector of all four columns changes some of the constant 0.1s (what this guards against)
+    assert (mic1d_paper(X, 5)[:, 1] != 0.1).any()
+    expected = mic1d_paper(X[:, [0, 2]], 5)
+    in_memory = microagg.anonymize(df, 5, method="mic1d")
+    np.testing.assert_allclose(in_memory[["a", "b"]].to_numpy(), expected, rtol=1e-12, atol=1e-9)
+    assert (in_memory["c"] == 0.1).all() and (in_memory["d"] == 7.0).all()
+    released, report = _distributed(df, 5, ["a", "c", "b", "d"])
+    np.testing.assert_array_equal(released.to_numpy(), in_memory.to_numpy())
+    assert report["constant_columns"] == ["c", "d"] and report["values"] == 2 * n
+    assert report["real_anonymity"]["c"] == n  # a constant adds no distinct tuple
+    assert report["real_anonymity"]["all"] == pytest.approx(n / len(released[["a", "b"]].drop_duplicates()))
+    histograms = report["summary"]["histograms"]
+    assert histograms["masked"][1] == histograms["original"][1] and sum(histograms["masked"][1]) == n
+    # k counts the vector's values: 2 varying columns x 3 rows = 6 values
+    with pytest.raises(microagg.InputError, match="fewer than k=7"):
+        microagg.anonymize(df.iloc[:3], 7, method="mic1d")
+    # every QI constant: the records are released as they are, through the CLI too
+    path = tmp_path / "constant.csv"
+    df[["c", "d"]].iloc[:30].to_csv(path, index=False)
+    proc = microagg_cli("anonymize", path, tmp_path / "out", "--k", 5, "--method", "mic1d", "--scheduler",
+                        "synchronous", "--no-evaluate", check=True)
+    assert "no QI varies" in proc.stdout and "constant QIs released as they are: c, d" in proc.stdout
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "out"), df[["c", "d"]].iloc[:30])
 
 
 def test_released_values_stay_in_range_and_runs_of_equal_values_come_back_unchanged():
@@ -52,9 +84,9 @@ def test_released_values_stay_in_range_and_runs_of_equal_values_come_back_unchan
     assert not np.array_equal(P, X)
     # a first-pass run of equal values normalizes to 0.5 and maps back to its value, whatever the
     # second pass does: of 600 sevens (k=5) only those in the runs shared with 0 or 1000 change
-    Y = np.column_stack([np.full(600, 7.0), np.arange(600.0) * 1000])
+    Y = np.column_stack([np.r_[np.full(599, 7.0), 8.0], np.arange(600.0) * 1000])
     Q = mic1d.protect(Y, 5)
-    assert (Q[:, 0] == 7.0).sum() >= 590 and (Q[:, 0] != 7.0).any()
+    assert (Q[:599, 0] == 7.0).sum() >= 590 and (Q[:599, 0] != 7.0).any()
 
 
 @pytest.mark.parametrize("k, method_options, extra", [
