@@ -111,3 +111,28 @@ def _found(i, state, first, inner, j):
         first[j] = i
         return 1
     return 0
+
+
+@jit
+def padded_number(data, sep):
+    """Index in ``data`` (uint8, CSV bytes) of the first ``0`` followed by a digit at a field's start
+    (after the separator byte ``sep``, a line break or the data's start; spaces, a quote and one sign
+    may stand between): a field that may hold a whole number written with leading zeros (``01234``, a
+    postcode), or -1. A screen that quotes do not mislead into a miss (``"a,01"`` inside a quoted field
+    is a hit, which the caller's exact check of its columns then rules out)."""
+    n = len(data)
+    for i in range(n - 1):
+        if data[i] != 48 or data[i + 1] < 48 or data[i + 1] > 57:
+            continue
+        j = i - 1
+        if j >= 0 and (data[j] == 43 or data[j] == 45):  # + or -
+            j -= 1
+        while j >= 0 and data[j] == 32:
+            j -= 1
+        if j >= 0 and data[j] == 34:  # a quote
+            j -= 1
+            while j >= 0 and data[j] == 32:
+                j -= 1
+        if j < 0 or data[j] == sep or data[j] == 10 or data[j] == 13:
+            return i
+    return -1

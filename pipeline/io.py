@@ -904,7 +904,7 @@ def zero_padded(path, columns, csv=None):
                             keep_default_na=False, na_values=[""])
     except ValueError:  # a sample pandas cannot parse (cut inside a quoted field): the whole read reports it
         return []
-    return [c for c in columns if frame[c].str.fullmatch(r"\s*[+-]?0[0-9]+\s*").fillna(False).any()]
+    return [c for c in columns if frame[c].str.fullmatch(PADDED).fillna(False).any()]
 
 
 def _with_integers(read):
@@ -975,11 +975,62 @@ class _ValueAfterLastColumn(ParserError):
         self.rows = rows
 
 
+ZEROS = "microagg_zeros"
+"""The option of :func:`_read_csv` (not pandas') that names the columns of whole numbers it checks for
+numbers written with leading zeros (:func:`read_input`'s ``zeros``)."""
+
+PADDED = r"\s*[+-]?0[0-9]+\s*"
+"""A whole number written with leading zeros (``00123``, a postcode; ``0`` and ``0.5`` are not)."""
+
+
 def _read_csv(source, **options):
     """``pandas.read_csv``, as Dask's reader of a CSV input's blocks. A column read as Int64 (whole
     numbers and empty cells in the first rows: :func:`_sampled_integers`) that holds another value in
     this block (a decimal, text, a number beyond int64) raises :class:`CSVTypeChange` naming it: the
-    input is then read again with its columns' types from all their rows (:func:`read_retyped`)."""
+    input is then read again with its columns' types from all their rows (:func:`read_retyped`); so
+    does a column of :data:`ZEROS` that holds a whole number written with leading zeros in this block
+    (:func:`_check_zeros`)."""
+    zeros = options.pop(ZEROS, ())
+    frame = _read_typed(source, **options)
+    if zeros and "nrows" not in options:  # not Dask's read of the head for the types (zero_padded's)
+        _check_zeros(frame, source, options, zeros)
+    return frame
+
+
+def _check_zeros(frame, source, options, zeros):
+    """Raise :class:`CSVTypeChange` if a column of ``zeros`` that ``frame`` (pandas' read of the CSV
+    bytes ``source``, a BytesIO, with ``options``) holds as numbers is written with leading zeros in a
+    row: pandas dropped them (``01234`` read as 1234), the first rows had none. A screen of the bytes
+    (:func:`microagg.kernels.csvscan.padded_number`) finds most blocks clean; only a block it does not
+    clear is read again, those columns as text."""
+    import pandas as pd
+
+    from ..kernels import csvscan
+
+    zeros = [c for c in zeros if c in frame.columns and pd.api.types.is_integer_dtype(frame[c].dtype)]
+    if not zeros or not hasattr(source, "getbuffer"):
+        return
+    sep = options.get("sep", options.get("delimiter")) or ","
+    view = source.getbuffer()
+    try:
+        hit = csvscan.padded_number(np.frombuffer(view, dtype=np.uint8), sep.encode()[-1])
+    finally:
+        view.release()
+    if hit < 0:
+        return
+    source.seek(0)
+    dtypes = options.get("dtype") if isinstance(options.get("dtype"), dict) else {}
+    written = _pandas_csv(source, **{**options, "usecols": zeros, "dtype": {**dtypes, **dict.fromkeys(zeros, object)}})
+    for column in zeros:
+        padded = written[column].str.fullmatch(PADDED).fillna(False)
+        if padded.any():
+            raise CSVTypeChange(f"a CSV column changes type part-way through the input: column {column!r} holds "
+                                f"whole numbers written with leading zeros, e.g. {written[column][padded].iloc[0]!r}, "
+                                f"after its first rows")
+
+
+def _read_typed(source, **options):
+    """:func:`_read_csv`'s read: its Int64 columns' check."""
     import pandas as pd
 
     try:
@@ -1198,7 +1249,7 @@ def text_nulls(meta, text=()):
     return {"keep_default_na": False, "na_values": {c: [""] if c in written else markers for c in columns}}
 
 
-def read_input(path, blocksize=None, dtypes=None, csv=None, text=(), floats=(), scan=True, warn=True):
+def read_input(path, blocksize=None, dtypes=None, csv=None, text=(), floats=(), scan=True, warn=True, zeros=()):
     """A Dask DataFrame over the input; nothing is computed (schema only). CSV is read in blocks of
     ``blocksize`` bytes, Parquet in partitions of whole row groups up to :data:`PARQUET_BLOCKSIZE`.
     ``dtypes``: the types of a CSV input's columns (:func:`csv_types`), else guessed by Dask from
@@ -1210,11 +1261,15 @@ def read_input(path, blocksize=None, dtypes=None, csv=None, text=(), floats=(), 
     stage computes with); ``scan``: a large CSV input is scanned for line breaks inside quoted
     fields (:func:`_csv_pieces`; its bytes read once), False: its schema only, nothing read but its
     head; ``warn``: log what the read found in a CSV input's files (lines ended by a bare ``\r``, rows'
-    names), False for a job's later reads of the same input."""
-    return read_input_and_schema(path, blocksize, dtypes, csv, text, floats, scan, warn)[0]
+    names), False for a job's later reads of the same input; ``zeros``: columns of a CSV input read as
+    whole numbers whose every block is checked for such numbers written with leading zeros, which the
+    first rows did not have (a postcode ``01234`` further on; :func:`_check_zeros` raises
+    :class:`CSVTypeChange`, and :func:`read_retyped` reads them as text)."""
+    return read_input_and_schema(path, blocksize, dtypes, csv, text, floats, scan, warn, zeros)[0]
 
 
-def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), floats=(), scan=True, warn=True):
+def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), floats=(), scan=True, warn=True,
+                          zeros=()):
     """:func:`read_input`, and the Arrow schema of a Parquet input's files (:func:`common_schema`;
     None for CSV, or if a footer cannot be read): the types :func:`output_schema` keeps. Files that
     differ in columns, or in types no one type holds, are refused before anything is computed."""
@@ -1269,15 +1324,16 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
             integers = [c for c, t in dtypes.items() if t == "Int64"]
             integers += [c for c in _sampled_integers(files, csv) if c not in dtypes]
             dtypes = {**dtypes, **dict.fromkeys(integers, "Int64")} or None
+            watch = {ZEROS: tuple(c for c in zeros if c not in text)} if zeros else {}
             ddf = read_pandas(_read_csv, files.patterns(), blocksize=None if whole else blocksize, dtype=dtypes,
-                              **csv)
+                              **csv, **watch)
             nulls = text_nulls(ddf._meta, text)
             if nulls:  # read again, with the text columns' cells as written
                 ddf = read_pandas(_read_csv, files.patterns(), blocksize=None if whole else blocksize,
-                                  dtype=dtypes, **csv, **nulls)
+                                  dtype=dtypes, **csv, **nulls, **watch)
             pieces = None if whole or not scan else _csv_pieces(files, blocksize, csv)
             if pieces:  # a quoted field holds a line break, or a file read in blocks its columns in another order
-                ddf = _read_pieces(ddf, files, pieces, {**csv, **nulls, "dtype": dtypes, "header": "infer"})
+                ddf = _read_pieces(ddf, files, pieces, {**csv, **nulls, **watch, "dtype": dtypes, "header": "infer"})
         else:
             # index=False: a column pandas stored as its index (``df.to_parquet`` of a named index) is a
             # column like any other, released unchanged, not an index the write would drop
@@ -1557,16 +1613,25 @@ def compute_reading(*objs):
         return dask.compute(*objs)
 
 
-def _block_kinds(block, names, first, dialect, qi):
+def _block_kinds(block, names, first, dialect, qi, zeros=()):
     """How pandas reads one block of a CSV file on its own: ``{column: kind}`` (the dtype's kind:
     ``i`` whole numbers, ``f`` numbers, ``b`` booleans, ``O`` text; ``n`` whole numbers and empty
-    cells, which pandas reads as float64; ``e`` no value at all) and, for each QI of ``qi`` read as
+    cells, which pandas reads as float64; ``e`` no value at all; ``z``, for a column of ``zeros``,
+    whole numbers written with leading zeros, :func:`_check_zeros`) and, for each QI of ``qi`` read as
     text, ``(rows that are not numbers, the first)``."""
+    from io import BytesIO
+
     import pandas as pd
 
     frame, integers = _with_integers(partial(_read_block, block, names, first, dialect))
     kinds = {c: "e" if frame[c].isna().all() else frame[c].dtype.kind for c in frame.columns}
     kinds.update(dict.fromkeys(integers, "n"))
+    for column in zeros:
+        try:
+            _check_zeros(frame, BytesIO(block), {**dialect, "header": 0 if first else None,
+                                                 "names": None if first else names}, [column])
+        except CSVTypeChange:
+            kinds[column] = "z"
     text = {}
     for column in qi:
         if kinds.get(column) not in ("i", "u", "f", "n", "e"):
@@ -1587,7 +1652,7 @@ def _widened(guessed, kinds):
     if pd.api.types.is_string_dtype(guessed) or guessed == object:
         return None
     values = set(kinds) - {"e"}
-    if "O" in values or not values <= {"i", "u", "f", "b", "n"} or ("b" in values and len(values) > 1):
+    if "O" in values or "z" in values or not values <= {"i", "u", "f", "b", "n"} or ("b" in values and len(values) > 1):
         return "string"
     if values == {"b"} and not pd.api.types.is_bool_dtype(guessed):  # no value in the sample: guessed Int64
         return "boolean"
@@ -1603,14 +1668,15 @@ def _widened(guessed, kinds):
     return None
 
 
-def csv_types(path, numbers=None, blocksize=None, csv=None):
+def csv_types(path, numbers=None, blocksize=None, csv=None, zeros=()):
     """The types of a CSV input's columns that Dask's guess from the first rows does not hold, from
     one pass that reads every block as pandas does on its own: ``{column: dtype}`` for
     :func:`read_input`'s ``dtypes`` (text for a column whose later rows hold text, float64 for whole
     numbers with decimals further on, nullable integers for whole numbers with empty cells further on,
     nullable booleans). ``numbers``: the columns that must hold numbers, ``{column: its role}``
     ("quasi-identifier", "weights"); :class:`InputError` names each that holds text, with its role,
-    its count of such rows and an example."""
+    its count of such rows and an example. ``zeros``: columns of whole numbers read as text if a row
+    writes one with leading zeros (:func:`read_input`'s)."""
     import dask
 
     fmt, urlpath = resolve_input(path)
@@ -1624,7 +1690,7 @@ def csv_types(path, numbers=None, blocksize=None, csv=None):
     numbers = dict(numbers or {})
     try:
         with first_pass():  # a row that does not fit the header
-            found = dask.compute(*[read(block, header, first, dialect, tuple(numbers))
+            found = dask.compute(*[read(block, header, first, dialect, tuple(numbers), tuple(zeros))
                                    for _, block, header, first in blocks])
     except CSVParseError as exc:
         raise locate_parse_error(path, exc, blocksize, csv) from exc
@@ -1642,12 +1708,13 @@ def csv_types(path, numbers=None, blocksize=None, csv=None):
     return {c: t for c, t in widened.items() if t is not None}
 
 
-def read_retyped(path, numbers, blocksize=None, csv=None, text=()):
+def read_retyped(path, numbers, blocksize=None, csv=None, text=(), zeros=()):
     """``(frame, dtypes)``: a CSV input read again with its columns' types from all their rows
     (:func:`csv_types`; ``numbers``: the columns that must hold numbers, and their roles; ``text``:
-    columns read as text all the same, see :func:`read_input`), after a first pass raised
-    :class:`CSVTypeChange`; the change is logged."""
-    dtypes = csv_types(path, numbers, blocksize, csv)
+    columns read as text all the same; ``zeros``: columns read as text if a row writes a whole number
+    with leading zeros; see :func:`read_input`), after a first pass raised :class:`CSVTypeChange`;
+    the change is logged."""
+    dtypes = csv_types(path, numbers, blocksize, csv, zeros)
     dtypes = dtypes and {c: t for c, t in dtypes.items() if c not in text}
     if not dtypes:  # a Parquet input (or a CSV one Dask's guess holds)
         return read_input(path, blocksize, csv=csv, text=text, warn=False), dtypes

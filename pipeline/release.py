@@ -1584,18 +1584,19 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         floats = _kept_floats(ddf, options, columns) if input_schema is not None else ()  # Parquet's
         if floats:  # their NaNs apart from their nulls
             ddf, input_schema = io.read_input_and_schema(input_path, csv=csv, text=text, floats=floats)
+        zeros = ()
         if is_csv:
             roles = {*columns[0], *columns[1], options.weights, *options.strata, *text_columns}
-            padded = io.zero_padded(input_path, [c for c, t in ddf.dtypes.items() if c not in roles
-                                                 and pd.api.types.is_integer_dtype(t)], csv)
+            whole = [c for c, t in ddf.dtypes.items() if c not in roles and pd.api.types.is_integer_dtype(t)]
+            padded = io.zero_padded(input_path, whole, csv)
             if padded:
                 log.warning("input %s: column(s) %s hold whole numbers written with leading zeros (00123): read "
-                            "as text, as written (name such columns with --csv-text if their first rows have "
-                            "none)", input_path, ", ".join(map(repr, padded)))
+                            "as text, as written", input_path, ", ".join(map(repr, padded)))
             text_columns = (*text_columns, *padded)
-            if set(text) != {*columns[1], *text_columns}:
+            zeros = tuple(c for c in whole if c not in padded)  # checked in every block (io._check_zeros)
+            if set(text) != {*columns[1], *text_columns} or zeros:
                 text = (*columns[1], *text_columns)
-                ddf, input_schema = io.read_input_and_schema(input_path, csv=csv, text=text, warn=False)
+                ddf, input_schema = io.read_input_and_schema(input_path, csv=csv, text=text, warn=False, zeros=zeros)
         page = html_path(output, report_path) if html else None
         # written after the commit: a path that cannot be written fails now (one directly in the release,
         # whose directory the commit makes, can be written then)
@@ -1620,7 +1621,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
             with timings.stage("csv types"):
                 numbers = {**dict.fromkeys(columns[0], "quasi-identifier"),
                            **({options.weights: "weights"} if options.weights else {})}
-                ddf, dtypes = io.read_retyped(input_path, numbers, csv=csv, text=text)
+                ddf, dtypes = io.read_retyped(input_path, numbers, csv=csv, text=text, zeros=zeros)
             timings.seconds["csv types"] = round(time.perf_counter() - started, 4)  # the failed pass's time too
             released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
             report["input_types_widened"] = dtypes

@@ -812,3 +812,40 @@ def test_unreachable_scheduler_is_a_cluster_error(tmp_path):
     assert proc.returncode == 4, proc.stderr
     assert "cannot reach the Dask scheduler" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_whole_numbers_written_with_leading_zeros_after_the_first_rows_are_released_as_written(tmp_path):
+    """A kept column of whole numbers whose leading zeros appear only in a later file or block (US
+    postcodes sorted by state: ``01234`` after ``35004``) was released without them (1234), silently:
+    every block read is checked, and the input is read again with the column as text. A QI written
+    with leading zeros stays a number; exponents and dates in other columns are no such numbers."""
+    from microagg.kernels.csvscan import padded_number
+
+    for text, found in ((b"a,b\n1,01\n", 6), (b"01,2\n", 0), (b'x,"01"\n', 3), (b"x, -012\n", 4),
+                        (b"x,1e-05\n", -1), (b"x,2024-05-01\n", -1), (b"x,0.5\n", -1), (b"x,0\n", -1),
+                        (b"x;012\n", -1)):
+        assert padded_number(np.frombuffer(text, dtype=np.uint8), ord(",")) == found, text
+    folder = tmp_path / "extract"
+    folder.mkdir()
+    rows = 60
+    first = pd.DataFrame({"id": range(rows), "Q": np.linspace(0.0, 1.0, rows), "R": np.arange(rows) % 9 * 1.5,
+                          "zip": [str(35004 + i) for i in range(rows)], "n": [str(i % 4) for i in range(rows)],
+                          "small": ["1.5e-05"] * rows, "day": ["2024-05-01"] * rows})
+    second = first.assign(id=first["id"] + rows, zip=[f"{i:05d}" for i in range(1000, 1000 + rows)],
+                          Q=[f"0{i % 9}" for i in range(rows)])  # a QI written 00..08: numbers all the same
+    first.to_csv(folder / "part-0.csv", index=False)
+    second.to_csv(folder / "part-1.csv", index=False)
+    out = tmp_path / "release"
+    proc = microagg_cli("anonymize", folder, out, "--k", "3", "--qi", "Q,R", "--identifiers", "id", "--scheduler",
+                        "synchronous", "--no-html", "--report", tmp_path / "r.json", check=True)
+    assert "column(s) 'zip' change type part-way through; read again as zip: string" in proc.stderr, proc.stderr
+    released = pd.read_parquet(out)
+    assert released["zip"].tolist() == [*first["zip"], *second["zip"]]  # 01000, not 1000
+    assert released["n"].dtype == "int64" and released["Q"].dtype == "float64"
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["input_types_widened"] == {"zip": "string"}
+    assert report["evaluation"]["checks"]["unchanged_columns"]["zip"] == 0
+    # named as text up front: one pass, the same release
+    microagg_cli("anonymize", folder, tmp_path / "named", "--k", "3", "--qi", "Q,R", "--identifiers", "id",
+                 "--scheduler", "synchronous", "--no-html", "--csv-text", "zip", check=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "named"), released)

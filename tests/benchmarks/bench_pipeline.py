@@ -15,6 +15,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py cpu --rows 10000000 --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py files --rows 1000000 --files 2000 --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py csv --rows 1000000 --runs 2
+    .venv/bin/python tests/benchmarks/bench_pipeline.py zeros --rows 1000000 [--repeat 3]
     .venv/bin/python tests/benchmarks/bench_pipeline.py quotes --rows 1000000 --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py ties --rows 1000000 --methods mdav,auto --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py tree --rows 10M,100M
@@ -80,6 +81,11 @@ pass fails, the input is read again with the types of all its rows), the first w
 key, and the first with a decimal column that has no value in its first 10,000 rows (read again, as
 the text postcode), ``microagg anonymize`` on each, alternated ``--runs`` times: seconds, the stages,
 the ratio of each one's best to the first's, the IL (the same: only the other columns differ).
+
+``zeros``: the first of those CSV files read whole (every block on the threaded scheduler, 2
+threads), plainly and with the check of its kept columns of whole numbers (``flag``, ``postcode``) for
+numbers written with leading zeros after the first rows, alternated ``--repeat`` times: seconds and
+the ratio to the plain read.
 
 ``quotes``: the extract as one CSV file with free text, a ``note`` holding a line break (quoted) in
 every seventh row and a ``size`` in inches, ``12" pipe`` in one row: written as CSV writers write
@@ -1166,6 +1172,34 @@ def csv_types(args):
               f"| {report['timings'].get('csv types', 0):.1f} | {widened} | {report['information_loss']:.4f} |")
 
 
+def zeros(args):
+    """A CSV input read with and without the check for whole numbers written with leading zeros after
+    the first rows (module docstring)."""
+    import dask
+
+    from microagg.pipeline import io
+
+    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
+    path = csv_extracts(args.rows, root)["postcodes all numbers"]
+    watch = ("flag", "postcode")
+    print(f"{args.rows:,} rows x 13 QIs as one CSV file ({path.stat().st_size / 1e6:.0f} MB), kept columns of whole "
+          f"numbers {', '.join(watch)}; every block read on the threaded scheduler, 2 threads, alternately\n")
+    seconds = {"plain": [], "checked": []}
+    for _ in range(args.repeat):
+        for name, checked in (("plain", ()), ("checked", watch)):
+            ddf = io.read_input(str(path), zeros=checked, warn=False)
+            started = time.perf_counter()
+            with dask.config.set(scheduler="threads", num_workers=2):
+                rows = sum(dask.compute(*[dask.delayed(len)(p) for p in ddf.to_delayed()]))
+            seconds[name].append(time.perf_counter() - started)
+            assert rows == args.rows
+    best = {name: min(runs) for name, runs in seconds.items()}
+    print("| read | runs s | best s | vs plain |")
+    print("| --- | --- | ---: | ---: |")
+    for name, runs in seconds.items():
+        print(f"| {name} | {', '.join(f'{s:.2f}' for s in runs)} | {best[name]:.2f} | {best[name] / best['plain']:.3f}x |")
+
+
 def ties(args):
     """The extract against the same rows with 90 % of the records all zeros (module docstring)."""
     from microagg.jobs.cluster import local_shape
@@ -1191,7 +1225,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
                                          "evaluate", "quality", "floors", "small", "cpu", "files", "csv", "quotes",
-                                         "ties", "tree"))
+                                         "ties", "tree", "zeros"))
     parser.add_argument("--dld-records", type=int, default=None,
                         help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -1234,7 +1268,7 @@ def main():
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
      "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality,
      "floors": floors, "small": small, "cpu": cpu, "files": files, "csv": csv_types, "quotes": quotes,
-     "ties": ties, "tree": tree}[args.mode](args)
+     "ties": ties, "tree": tree, "zeros": zeros}[args.mode](args)
 
 
 if __name__ == "__main__":
