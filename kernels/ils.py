@@ -115,8 +115,14 @@ def _perturb(Z, labels, n_groups, k, region, work):
     return g
 
 
+REGION = 4
+"""The default groups perturbed together by :func:`ils`."""
+NEIGHBORS = 8
+"""The default candidate groups per group of :func:`ils`'s descent."""
+
+
 @jit
-def ils(Z, labels, k, iterations, seed, region=4, n_neighbors=8):
+def ils(Z, labels, k, iterations, seed, region=REGION, n_neighbors=NEIGHBORS):
     """Improve ``labels`` (groups of ``k..2k-1``) by ``iterations`` rounds of perturbation and descent.
 
     Returns ``(best_labels, best_sse)``; ``labels`` is not modified.

@@ -301,8 +301,12 @@ def _own_distances(Z, members, size, g, own, ca):
         own[row] = _sq(Z, row, ca)
 
 
+TOL = 1e-12
+"""The default relative tolerance of :func:`refine`."""
+
+
 @jit
-def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=1e-12, rescan=False):
+def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=TOL, rescan=False):
     """Improve ``labels`` in place by local search; returns the number of applied changes.
 
     Parameters

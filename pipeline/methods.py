@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from .. import kernels
-from ..kernels.ils import ils
+from ..kernels.ils import NEIGHBORS as ILS_NEIGHBORS, REGION as ILS_REGION, ils
 from ..kernels.dbm import dbm as dbm_kernel
 from ..kernels.orders import group_order, npn_order
 from ..kernels.dba import dba as dba_kernel
@@ -32,6 +32,7 @@ from ..kernels.fixed_size import gsms as gsms_kernel
 from ..kernels.fixed_size import md as md_kernel
 from ..kernels.fixed_size import tfrp as tfrp_kernel
 from ..kernels.mdav import mdav_nc
+from ..kernels.refine import TOL
 from ..kernels.missing import mdav_missing
 from .errors import InputError
 from .mic1d import REMAINDERS
@@ -420,7 +421,7 @@ def auto_members(Z, k, tried):
         if not tried[i] or method is None or not set(options) <= set(method.options):
             continue
         labels = run_method(method, Z, k, options)
-        kernels.refine(Z, labels, k, 2 * k - 1, 8, 1000)
+        kernels.refine(Z, labels, k, 2 * k - 1, 8, 1000, TOL, False)  # every argument: see pipeline/stitch.py
         sse[i] = kernels.sse(Z, labels, int(labels.max()) + 1)
         if best is None or sse[i] < sse[:i].min(initial=np.inf):
             best = labels
@@ -511,7 +512,7 @@ def _decompose_shrink(Z, labels, k, criterion):
 
 def _local(Z, labels, k, sweeps):
     labels = labels.copy()
-    kernels.refine(Z, labels, k, 2 * k - 1, 8, sweeps)
+    kernels.refine(Z, labels, k, 2 * k - 1, 8, sweeps, TOL, False)
     return labels
 
 
@@ -537,7 +538,7 @@ def _iterated_local_search(Z, labels, k, iterations, time_budget, seed):
     while iterations is None or done < iterations:
         batch = ILS_ROUND if iterations is None else min(ILS_ROUND, iterations - done)
         round_seed = int(kernels.splitmix64(np.uint64(seed) ^ kernels.splitmix64(np.uint64(rounds))) >> np.uint64(33))
-        best, _ = ils(Z, best, k, batch, round_seed)
+        best, _ = ils(Z, best, k, batch, round_seed, ILS_REGION, ILS_NEIGHBORS)
         done += batch
         rounds += 1
         if time_budget is not None and time.perf_counter() - start >= time_budget:

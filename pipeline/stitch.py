@@ -26,10 +26,14 @@ import numpy as np
 
 from .. import kernels
 from ..kernels import groups, refine, windows
+from ..kernels.refine import TOL
 from ..kernels.missing import fill_missing
 from . import blocking
 
 NEIGHBORS = 6  # candidate groups per group in the local search (8: +18% CPU, same IL; BENCHMARKS.md)
+# The local search is called with every argument (its tolerance TOL, no rescan): a call that left a
+# kernel's defaults to Numba went through its dispatcher's compile path (about 0.6 ms a call, 5 % of
+# the blocked solve's CPU; BENCHMARKS.md).
 
 
 @dataclass(frozen=True)
@@ -158,12 +162,12 @@ def improve_window(Z, labels, k, solver, settings):
     g = int(labels.max()) + 1
     before = kernels.sse(Z, labels, g)
     kept = labels.copy()
-    refine(Z, kept, k, 2 * k - 1, settings.neighbors, settings.window_sweeps)
+    refine(Z, kept, k, 2 * k - 1, settings.neighbors, settings.window_sweeps, TOL, False)
     kept_sse = kernels.sse(Z, kept, int(kept.max()) + 1)
     best, best_sse = kept, kept_sse
     if settings.repartition:
         fresh = solve_block(Z, k, solver)
-        refine(Z, fresh, k, 2 * k - 1, settings.neighbors, settings.window_sweeps)
+        refine(Z, fresh, k, 2 * k - 1, settings.neighbors, settings.window_sweeps, TOL, False)
         fresh_sse = kernels.sse(Z, fresh, int(fresh.max()) + 1)
         if fresh_sse < kept_sse:
             best, best_sse = fresh, fresh_sse
@@ -273,7 +277,8 @@ class _TaskSolver:
             fill_missing(Zb, block, g)
         if self.settings.block_sweeps and sweep:  # one block as a whole: the method's partition as it is
             before = kernels.sse(Zb, block, g)
-            refine(Zb, block, self.k, 2 * self.k - 1, self.settings.neighbors, self.settings.block_sweeps)
+            refine(Zb, block, self.k, 2 * self.k - 1, self.settings.neighbors, self.settings.block_sweeps,
+                   TOL, False)
             g = int(block.max()) + 1  # a dissolved group leaves fewer (relabelled compactly)
             self.gain += before - kernels.sse(Zb, block, g)
         self.labels[rows] = block + self.next

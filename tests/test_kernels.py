@@ -680,3 +680,36 @@ def test_copy_classes_split_a_run_of_many_distinct_rows_only_into_identical_rows
     for c in range(len(first)):
         assert (X[cls == c] == X[first[c]]).all()
     assert size.max() == 2 and len(first) > 100
+
+
+def test_the_blocked_solve_calls_its_kernels_without_the_dispatchers_compile_path(monkeypatch):
+    """Once compiled, every kernel call of the blocked solve (and of auto's members' local search, the
+    local and ils refinements) finds its compiled version directly: the local search, called with
+    its defaults left to Numba, went through the dispatcher's compile path on every call (about
+    0.4 ms each, once per block)."""
+    import numba.core.dispatcher as dispatcher
+
+    from microagg.pipeline import blocked, stitch
+    from microagg.pipeline.solver import Solver
+
+    Z = np.random.default_rng(3).normal(size=(24_000, 5))
+    solver = Solver.build("mdav", {}, "none", {}, 0)
+    plan = blocked.Blocking(block_size=500, blocks_per_task=8)
+    first, _ = blocked.blocked_partition(Z, 3, solver, stitch.STITCHING["light"], plan, threads=2)  # compiles
+    fallbacks = []
+    compile_for_args = dispatcher._DispatcherBase._compile_for_args
+
+    def counted(self, *args, **kws):
+        fallbacks.append(self.py_func.__name__)
+        return compile_for_args(self, *args, **kws)
+
+    others = [dict(method="auto"), dict(method="mdav", refine="local"),
+              dict(method="mdav", refine="ils", refine_options={"iterations": 30})]
+    for options in others:  # compiled
+        microagg.partition(Z[:600], 3, **options)
+    monkeypatch.setattr(dispatcher._DispatcherBase, "_compile_for_args", counted)
+    again, info = blocked.blocked_partition(Z, 3, solver, stitch.STITCHING["light"], plan, threads=2)
+    for options in others:  # auto's local search of its members, the local and ils refinements
+        microagg.partition(Z[:600], 3, **options)
+    assert info["blocks"] >= 40 and fallbacks == []
+    np.testing.assert_array_equal(again, first)
