@@ -37,7 +37,8 @@ def add_csv_arguments(parser, which="the input"):
                         help=f"the field separator of {which} when it is CSV (default ',', a tab for *.tsv "
                              f"files; '\\t' for a tab)")
     parser.add_argument("--csv-decimal", default=None, metavar="CHAR",
-                        help=f"the decimal mark of {which} when it is CSV (default '.'; ',' for 1,5)")
+                        help=f"the decimal mark of {which} when it is CSV (default '.'; ',' for 1,5, also "
+                             f"quoted in a comma-separated file: \"1,5\")")
     parser.add_argument("--csv-thousands", default=None, metavar="CHAR",
                         help=f"the thousands separator of {which}'s numbers when it is CSV (default none; '.' "
                              f"for 1.234,5 with --csv-decimal ',')")

@@ -228,7 +228,8 @@ def same_columns(names, columns):
 def csv_dialect(separator=None, decimal=None, encoding=None, thousands=None):
     """The ``pandas.read_csv`` options of a CSV dialect (``{}`` for the default: comma-separated,
     decimal point, UTF-8, no thousands separator). ``separator`` one character (``\\t`` or ``tab`` for
-    a tab), ``decimal`` one character other than it, ``encoding`` a name Python knows (``latin-1``,
+    a tab), ``decimal`` one character (the separator too: ``"1,5"`` quoted in a comma-separated file, as
+    spreadsheets export decimal commas), ``encoding`` a name Python knows (``latin-1``,
     ``cp1252``...), ``thousands`` one character other than the decimal mark (``.`` in ``1.234,5``;
     ``,`` in ``"1,234"`` quoted in a comma-separated file). Raises :class:`InputError` naming the
     option."""
@@ -239,9 +240,9 @@ def csv_dialect(separator=None, decimal=None, encoding=None, thousands=None):
             raise InputError(f"the CSV separator must be one character (or \\t for a tab), got {separator!r}")
         dialect["sep"] = separator
     if decimal is not None:
-        if len(decimal) != 1 or decimal == dialect.get("sep", ",") or decimal.isdigit():
-            raise InputError(f"the CSV decimal mark must be one character other than the separator and the digits, "
-                             f"got {decimal!r}")
+        if len(decimal) != 1 or decimal.isdigit() or decimal in "\"\r\n":
+            raise InputError(f"the CSV decimal mark must be one character other than the digits, a quote and a line "
+                             f"break, got {decimal!r}")
         dialect["decimal"] = decimal
     if thousands is not None:  # it may be the field separator: "1,234" quoted in a comma-separated file
         if len(thousands) != 1 or thousands == dialect.get("decimal", ".") or thousands.isdigit() \

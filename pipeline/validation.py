@@ -225,7 +225,7 @@ _NUMBER_FORMATS = (  # (a number written with separators, the flags that read it
     (r"[+-]?\d{1,3}( \d{3})+([.,]\d+)?", "thousands separators ' ': give --csv-thousands ' ' (and --csv-decimal ',' "
                                         "for a decimal comma)"),
     (r"[+-]?\d{1,3},\d{3}", "a thousands separator, or a decimal comma: give --csv-thousands ',', or --csv-decimal "
-                          "',' in a file not separated by commas"),
+                          "','"),
     (r"[+-]?\d*,\d+", "a decimal comma: give --csv-decimal ','"),
 )
 

@@ -101,7 +101,7 @@ def test_a_csv_in_another_dialect_names_the_flag_that_reads_it(tmp_path, small):
         err = _fails(tmp_path, path, "--k", "3", "--qi", "a,b")
         assert "--csv-encoding" in err, name
     for flag, value, message in (("--csv-separator", "ab", "separator must be one character"),
-                                 ("--csv-decimal", ",", "other than the separator"),
+                                 ("--csv-decimal", '"', "decimal mark must be one character other than the digits"),
                                  ("--csv-encoding", "klingon", "unknown CSV encoding 'klingon'")):
         assert message in _fails(tmp_path, _csv(tmp_path, small), "--k", "3", "--qi", "a,b", flag, value)
 
@@ -109,7 +109,8 @@ def test_a_csv_in_another_dialect_names_the_flag_that_reads_it(tmp_path, small):
 def test_numbers_with_thousands_separators_are_read_with_csv_thousands(tmp_path):
     """``1.234,5`` in a semicolon-separated file and ``"1,234.5"`` quoted in a comma-separated one (a
     spreadsheet's export of formatted numbers): refused as text with the flags that read them (the
-    hint said "a decimal comma" for both), and read with them as the plain numbers are."""
+    hint said "a decimal comma" for both), and read with them as the plain numbers are; so is
+    ``"1,5"`` quoted in a comma-separated file (the hint's --csv-decimal ',' was refused there)."""
     rng = np.random.default_rng(5)
     q, b = rng.integers(1_000, 9_999_999, 60) / 10, rng.integers(0, 99, 60)
     plain = _csv(tmp_path, pd.DataFrame({"Q": q, "B": b}), "plain.csv")
@@ -133,6 +134,13 @@ def test_numbers_with_thousands_separators_are_read_with_csv_thousands(tmp_path)
         pd.testing.assert_frame_equal(pd.read_parquet(out), expected)
     message = _fails(tmp_path, plain, *common[:4], "--csv-thousands", ".")
     assert "thousands separator must be one character other than the decimal mark" in message
+    # decimal commas quoted in a comma-separated file (a spreadsheet's export): the hint's flag reads them
+    commas = tmp_path / "commas.csv"
+    commas.write_text("Q,B\n" + "".join(f'"{str(v).replace(".", ",")}",{w}\n' for v, w in zip(q, b)))
+    err = _fails(tmp_path, commas, *common[:4])
+    assert "'Q' is not numeric" in err and "(a decimal comma: give --csv-decimal ',')" in err, err
+    microagg_cli("anonymize", commas, tmp_path / "read-commas", *common, "--csv-decimal", ",", check=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "read-commas"), expected)
 
 
 def _export(n, seed=0):
