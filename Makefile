@@ -54,6 +54,7 @@ bench: $(BENCHSTAMP)
 	$(BIN)/python tests/benchmarks/bench_pipeline.py cpu --rows 10000000 --runs 2
 	$(BIN)/python tests/benchmarks/bench_pipeline.py files --rows 1000000 --files 2000 --runs 2
 	$(BIN)/python tests/benchmarks/bench_pipeline.py csv --rows 1000000 --runs 2
+	$(BIN)/python tests/benchmarks/bench_pipeline.py zeros --rows 1000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py ties --rows 1000000 --methods mdav,auto --runs 2
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 1000000 --runs 3
 	$(BIN)/python tests/benchmarks/bench_pipeline.py scale --rows 10000000 --runs 3
