@@ -19,6 +19,7 @@ from conftest import EIA_NON_QI, assert_k_anonymous, microagg_cli
 from synthetic import QI, extract
 
 BLOCKED = ["--block-size", "1500", "--blocks-per-task", "4", "--identifiers", "person_id", "--qi", ",".join(QI)]
+RELEASE_ONLY = ["--no-evaluate", "--no-html"]  # tests that compare the release's Parquet bytes alone
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def test_blocked_release_invariants(tmp_path, data):
 
 def test_byte_identical_across_files_workers_and_schedulers(tmp_path, data):
     root, _ = data
-    common = ["--k", 4, *BLOCKED]
+    common = ["--k", 4, *BLOCKED, *RELEASE_ONLY]
     reference = _files(_run(tmp_path, "sync-one", root / "one.parquet", *common, "--scheduler", "synchronous"))
     for name, source, extra in [
         ("sync-four", root / "four", ["--scheduler", "synchronous"]),
@@ -87,7 +88,7 @@ def test_empty_input_files_leave_the_release_unchanged(tmp_path, data):
         df.iloc[:0].to_parquet(source / f"part-{2 * i}.parquet", index=False)
         df.iloc[rows].to_parquet(source / f"part-{2 * i + 1}.parquet", index=False)
     df.iloc[:0].to_parquet(source / "part-9.parquet", index=False)
-    common = ["--k", 4, *BLOCKED]
+    common = ["--k", 4, *BLOCKED, *RELEASE_ONLY]
     reference = _files(_run(tmp_path, "reference", root / "four", *common, "--scheduler", "synchronous"))
     assert _files(_run(tmp_path, "sync", source, *common, "--scheduler", "synchronous")) == reference
     assert _files(_run(tmp_path, "local", source, *common, "--workers", 2)) == reference
@@ -121,7 +122,7 @@ def test_warehouse_directory_layouts_give_the_same_release(tmp_path, data):
     (spark / "_SUCCESS").touch()
     (spark / "_committed_4711").write_text("{}")
     (readme / "README.txt").write_text("exported nightly by the warehouse\n")
-    common = ["--k", 4, *BLOCKED, "--workers", 2]
+    common = ["--k", 4, *BLOCKED, "--workers", 2, *RELEASE_ONLY]
     reference = _files(_run(tmp_path, "reference", plain, *common))
     assert pq.read_schema(tmp_path / "reference" / "part-00000.parquet").field("count").type == pa.int64()
     for layout in (spark, hive, readme):
@@ -759,7 +760,7 @@ def test_many_small_files_are_read_together_with_the_same_release(tmp_path, data
         df.iloc[rows].to_parquet(source / f"part-{i:03d}.parquet", index=False)
     assert io.read_input(source).npartitions == 2 * io.cluster_cores()
     assert io.read_input(root / "four").npartitions == 4  # few files: as they are
-    common = ["--k", 4, *BLOCKED]
+    common = ["--k", 4, *BLOCKED, *RELEASE_ONLY]
     reference = _files(_run(tmp_path, "reference", root / "one.parquet", *common, "--scheduler", "synchronous"))
     assert _files(_run(tmp_path, "local", source, *common, "--workers", 2)) == reference
     assert _files(_run(tmp_path, "processes", source, *common, "--workers", 2, "--processes")) == reference
@@ -775,7 +776,7 @@ def test_many_small_csv_files_are_read_together_with_the_same_release(tmp_path, 
         df.iloc[rows].to_csv(source / f"part-{i:03d}.csv", index=False)
     df.to_csv(tmp_path / "one.csv", index=False)
     assert io.read_input(source).npartitions == 2 * io.cluster_cores()
-    common = ["--k", 4, *BLOCKED, "--scheduler", "synchronous"]
+    common = ["--k", 4, *BLOCKED, "--scheduler", "synchronous", *RELEASE_ONLY]
     one = _files(_run(tmp_path, "one", tmp_path / "one.csv", *common))
     assert _files(_run(tmp_path, "many", source, *common)) == one
 
@@ -796,7 +797,7 @@ def test_the_two_level_exchange_gives_the_same_release(tmp_path, data, monkeypat
     flags = {"plain": [], "blocks": ["--blocks", ";".join(",".join(b) for b in blocks)],
              "sequence": ["--method", "pcp"], "mic1d": ["--method", "mic1d"]}
     reference = {name: _files(_run(tmp_path, f"sync-{name}", root / "four", "--k", 4, *BLOCKED, "--scheduler",
-                                   "synchronous", "--rows-per-file", 3000, *flags[name]))
+                                   "synchronous", "--rows-per-file", 3000, *flags[name], *RELEASE_ONLY))
                  for name in shapes}
     monkeypatch.setattr(graph, "DIRECT_PIECES", 0)  # every exchange of two producers or more in two levels
     seen = []
@@ -809,7 +810,7 @@ def test_the_two_level_exchange_gives_the_same_release(tmp_path, data, monkeypat
             options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",),
                                              block_size=1500, blocks_per_task=4, rows_per_file=3000, **extra)
             out = tmp_path / f"two-level-{name}"
-            release.run(str(root / "four"), str(out), options)
+            release.run(str(root / "four"), str(out), options, html=False)
             assert _files(out) == reference[name], name
     assert sum(p is not None for p in seen) >= 9  # rows (values: twice) and files of each shape
 
