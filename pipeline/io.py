@@ -1001,7 +1001,17 @@ def _read_csv(source, **options):
 def _check_zeros(frame, source, options, zeros):
     """Raise :class:`CSVTypeChange` if a column of ``zeros`` that ``frame`` (pandas' read of the CSV
     bytes ``source``, a BytesIO, with ``options``) holds as numbers is written with leading zeros in a
-    row: pandas dropped them (``01234`` read as 1234), the first rows had none. A screen of the bytes
+    row (:func:`_padded_columns`): pandas dropped them (``01234`` read as 1234), the first rows had none."""
+    padded = _padded_columns(frame, source, options, zeros)
+    if padded:
+        column, example = padded[0]
+        raise CSVTypeChange(f"a CSV column changes type part-way through the input: column {column!r} holds whole "
+                            f"numbers written with leading zeros, e.g. {example!r}, after its first rows")
+
+
+def _padded_columns(frame, source, options, zeros):
+    """``[(column, an example)]``: the columns of ``zeros`` that ``frame`` holds as whole numbers and
+    that the CSV bytes ``source`` write with leading zeros in a row. A screen of the bytes
     (:func:`microagg.kernels.csvscan.padded_number`) finds most blocks clean; only a block it does not
     clear is read again, those columns as text."""
     import pandas as pd
@@ -1010,7 +1020,7 @@ def _check_zeros(frame, source, options, zeros):
 
     zeros = [c for c in zeros if c in frame.columns and pd.api.types.is_integer_dtype(frame[c].dtype)]
     if not zeros or not hasattr(source, "getbuffer"):
-        return
+        return []
     sep = options.get("sep", options.get("delimiter")) or ","
     view = source.getbuffer()
     try:
@@ -1018,16 +1028,16 @@ def _check_zeros(frame, source, options, zeros):
     finally:
         view.release()
     if hit < 0:
-        return
+        return []
     source.seek(0)
     dtypes = options.get("dtype") if isinstance(options.get("dtype"), dict) else {}
     written = _pandas_csv(source, **{**options, "usecols": zeros, "dtype": {**dtypes, **dict.fromkeys(zeros, object)}})
+    found = []
     for column in zeros:
         padded = written[column].str.fullmatch(PADDED).fillna(False)
         if padded.any():
-            raise CSVTypeChange(f"a CSV column changes type part-way through the input: column {column!r} holds "
-                                f"whole numbers written with leading zeros, e.g. {written[column][padded].iloc[0]!r}, "
-                                f"after its first rows")
+            found.append((column, written[column][padded].iloc[0]))
+    return found
 
 
 def _read_typed(source, **options):
@@ -1618,7 +1628,7 @@ def _block_kinds(block, names, first, dialect, qi, zeros=()):
     """How pandas reads one block of a CSV file on its own: ``{column: kind}`` (the dtype's kind:
     ``i`` whole numbers, ``f`` numbers, ``b`` booleans, ``O`` text; ``n`` whole numbers and empty
     cells, which pandas reads as float64; ``e`` no value at all; ``z``, for a column of ``zeros``,
-    whole numbers written with leading zeros, :func:`_check_zeros`) and, for each QI of ``qi`` read as
+    whole numbers written with leading zeros, :func:`_padded_columns`) and, for each QI of ``qi`` read as
     text, ``(rows that are not numbers, the first)``."""
     from io import BytesIO
 
@@ -1627,12 +1637,8 @@ def _block_kinds(block, names, first, dialect, qi, zeros=()):
     frame, integers = _with_integers(partial(_read_block, block, names, first, dialect))
     kinds = {c: "e" if frame[c].isna().all() else frame[c].dtype.kind for c in frame.columns}
     kinds.update(dict.fromkeys(integers, "n"))
-    for column in zeros:
-        try:
-            _check_zeros(frame, BytesIO(block), {**dialect, "header": 0 if first else None,
-                                                 "names": None if first else names}, [column])
-        except CSVTypeChange:
-            kinds[column] = "z"
+    options = {**dialect, "header": 0 if first else None, "names": None if first else names}
+    kinds.update({column: "z" for column, _ in _padded_columns(frame, BytesIO(block), options, zeros)})
     text = {}
     for column in qi:
         if kinds.get(column) not in ("i", "u", "f", "n", "e"):

@@ -20,8 +20,8 @@ different scales). A constant column (every value equal) is released as it is an
 vector (:func:`constant_columns`): in the paper's vector its values share runs with other columns'
 values and come back changed (a constant 0.1 released as 0.10014 in some rows), a loss that protects
 nothing, since every record holds that value. The vector is the other columns' values; the paper's
-CASC files have no constant column, so its tables are unchanged. With strata, the vector is ordered by stratum first and the runs restart in every
-stratum, so no run mixes strata.
+CASC files have no constant column, so its tables are unchanged. With strata, the vector is ordered
+by stratum first and the runs restart in every stratum, so no run mixes strata.
 
 What Mic1D-k guarantees is about values, not records: every released value is computed from a run
 of k values (the remainder run aside). Records are not k-anonymous (values of one record fall in

@@ -1397,7 +1397,8 @@ def _constant_pieces(lengths, value):
     """A constant column's released pieces (Mic1D-k releases it as it is): one per input partition of
     ``lengths`` rows, every row carrying ``value``, built from the row ids alone."""
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    return [delayed(_constant_piece, pure=True)(int(a), int(b), float(value)) for a, b in zip(offsets[:-1], offsets[1:])]
+    return [delayed(_constant_piece, pure=True)(int(a), int(b), float(value))
+            for a, b in zip(offsets[:-1], offsets[1:])]
 
 
 def _constant_piece(start, stop, value):
@@ -1412,7 +1413,8 @@ def _mic1d_data(totals, vectors, fixed, edges, n_rows):
     if edges is None or any(t["data"] is None for t in totals):
         return [None]
     width, bins = edges.shape[0], edges.shape[1] - 1
-    counts_x, counts_m, sq_diff = np.zeros((width, bins), dtype=np.int64), np.zeros((width, bins), dtype=np.int64), np.zeros(width)
+    counts_x, counts_m = np.zeros((width, bins), dtype=np.int64), np.zeros((width, bins), dtype=np.int64)
+    sq_diff = np.zeros(width)
     for cols, total in zip(vectors, totals):
         counts_x[cols], counts_m[cols], moments, _ = total["data"]
         sq_diff[cols] = moments["sq_diff"]

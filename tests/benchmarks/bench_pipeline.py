@@ -1197,7 +1197,8 @@ def zeros(args):
     print("| read | runs s | best s | vs plain |")
     print("| --- | --- | ---: | ---: |")
     for name, runs in seconds.items():
-        print(f"| {name} | {', '.join(f'{s:.2f}' for s in runs)} | {best[name]:.2f} | {best[name] / best['plain']:.3f}x |")
+        print(f"| {name} | {', '.join(f'{s:.2f}' for s in runs)} | {best[name]:.2f} "
+              f"| {best[name] / best['plain']:.3f}x |")
 
 
 def ties(args):
