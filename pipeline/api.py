@@ -306,10 +306,8 @@ def anonymize(df, k, quasi_identifiers=None, method="mdav", identifiers=(), aggr
         check_weight_values(weights, int((~(np.isfinite(w) & (w > 0))).sum()))
     X = np.ascontiguousarray(df[qi].to_numpy(dtype=np.float64))
     width = 1
-    if is_mic1d(method):  # Mic1D-k's k counts values: rows x the smallest block's varying columns
-        starts = np.cumsum([0] + [len(b) for b in blocks or [qi]])
-        constant = constant_columns(X.min(axis=0), X.max(axis=0)) if len(X) else np.zeros(len(qi), dtype=bool)
-        width = vector_width([range(a, b) for a, b in zip(starts[:-1], starts[1:])], constant)
+    if is_mic1d(method) and len(X):  # Mic1D-k's k counts values: rows x the smallest block's varying columns
+        width = vector_width([len(b) for b in blocks or [qi]], constant_columns(X.min(axis=0), X.max(axis=0)))
     k = check_k(k, len(df) * width)
     Solver.build(method, method_options, refine, refine_options, seed)  # fail before any work
     Z, mean, std = standardize(X, qi, missing)

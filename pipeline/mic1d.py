@@ -187,11 +187,13 @@ def constant_columns(lo, hi):
     return np.asarray(lo) == np.asarray(hi)
 
 
-def vector_width(blocks, constant):
-    """Values per row of the smallest Mic1D-k vector among the attribute ``blocks`` (column positions):
-    a block's columns that are not ``constant``; 1 if none varies (nothing is vectorized, every
-    record is released as it is). Mic1D-k's k counts values: rows x this width."""
-    widths = [int(np.count_nonzero(~np.asarray(constant)[list(block)])) for block in blocks]
+def vector_width(sizes, constant):
+    """Values per row of the smallest Mic1D-k vector among attribute blocks of ``sizes`` columns (one
+    after the other, as ``constant`` orders the QIs): a block's columns that are not ``constant``; 1
+    if none varies (nothing is vectorized, every record is released as it is). Mic1D-k's k counts
+    values: rows x this width."""
+    starts = np.cumsum([0, *sizes])
+    widths = [int(np.count_nonzero(~np.asarray(constant)[a:b])) for a, b in zip(starts[:-1], starts[1:])]
     return min([w for w in widths if w], default=1)
 
 

@@ -1274,8 +1274,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
             [[c] for c in qi] if options.method == "univariate" else [list(qi)])  # individual ranking: column by column
         starts = np.cumsum([0] + [len(b) for b in blocks])
         constant = mic1d.constant_columns(lo, hi)  # Mic1D-k releases these as they are
-        width = (mic1d.vector_width([range(a, b) for a, b in zip(starts[:-1], starts[1:])], constant)
-                 if mic1d.is_mic1d(options.method) else 1)
+        width = mic1d.vector_width([len(b) for b in blocks], constant) if mic1d.is_mic1d(options.method) else 1
         check_k(options.k, n_rows * width)
         check_file_count(n_rows, options.rows_per_file)
         strata = (plan_strata(options.strata, evidence, qi, mean, std, -(-options.k // width), options.small_strata)

@@ -32,8 +32,8 @@ from . import blocking
 
 NEIGHBORS = 6  # candidate groups per group in the local search (8: +18% CPU, same IL; BENCHMARKS.md)
 # The local search is called with every argument (its tolerance TOL, no rescan): a call that left a
-# kernel's defaults to Numba went through its dispatcher's compile path (about 0.6 ms a call, 5 % of
-# the blocked solve's CPU; BENCHMARKS.md).
+# kernel's defaults to Numba went through its dispatcher's compile path (about 0.4 ms a call, once
+# per block; BENCHMARKS.md).
 
 
 @dataclass(frozen=True)
