@@ -132,6 +132,7 @@ def _seeded(Z, k, nc, tfrp):
     work = np.empty(n if nc else 0)
     running = np.empty(d)
     members = np.empty(k, dtype=np.int64)
+    best_d, best_i = np.empty(k - 1), np.empty(k - 1, dtype=np.int64)
     c = np.empty(d)
     m = n
     n_alive = n
@@ -142,7 +143,8 @@ def _seeded(Z, k, nc, tfrp):
         else:
             for j in range(d):
                 c[j] = total[j] / n_alive
-        _group_around_farthest_from(Y, ids, alive, m, c, Z, labels, total, dist, members, group, nc, work, running)
+        _group_around_farthest_from(Y, ids, alive, m, c, Z, labels, total, dist, members, group, nc, work, running,
+                                    best_d, best_i)
         n_alive -= k
         group += 1
         if 8 * (m - n_alive) > m:
@@ -268,20 +270,21 @@ def md(Z, k):
     work = np.empty(0)
     running = np.empty(d)
     members = np.empty(k, dtype=np.int64)
+    best_d, best_i = np.empty(k - 1), np.empty(k - 1, dtype=np.int64)
     m = n
     n_alive = n
     group = 0
     while n_alive >= 2 * k:
         r, s = _farthest_pair(Y, alive, m, total, n_alive, rad, order, Z, ids, cls, seen, finite)
         _distances_to(Y, m, Y[:, r].copy(), dist)
-        _grow(Y, alive, m, r, dist, members, False, work, running)
+        _grow(Y, alive, m, r, dist, members, False, work, running, best_d, best_i)
         _take_group(members, alive, ids, Z, labels, total, group)
         n_alive -= k
         group += 1
         if not alive[s]:  # only with ties: s joined r's group; take the record farthest from r
             s = _farthest(dist, alive, m)
         _distances_to(Y, m, Y[:, s].copy(), dist)
-        _grow(Y, alive, m, s, dist, members, False, work, running)
+        _grow(Y, alive, m, s, dist, members, False, work, running, best_d, best_i)
         _take_group(members, alive, ids, Z, labels, total, group)
         n_alive -= k
         group += 1

@@ -109,15 +109,20 @@ def _nearest(dist, alive, m, center, k, out):
     Candidates are scanned in storage order (increasing row index) and a candidate only displaces a
     strictly farther one, so equal distances are resolved in favour of the lower row index.
     """
-    need = k - 1
-    best_d = np.empty(need)
-    best_i = np.empty(need, dtype=np.int64)
+    _nearest_into(dist, alive, m, center, out, np.empty(k - 1), np.empty(k - 1, dtype=np.int64))
+
+
+@jit
+def _nearest_into(dist, alive, m, center, out, best_d, best_i):
+    """:func:`_nearest` of ``len(out)`` records with the selection's buffers (``len(out) - 1`` each)
+    given: MDAV's loop calls it twice per iteration, and allocating them each time cost about 6 % of
+    its time on blocks of 2,000 rows."""
     filled = 0
     for i in range(m):
         if alive[i] and i != center:
             filled = keep_smallest(best_d, best_i, filled, dist[i], i)
     out[0] = center
-    for t in range(need):
+    for t in range(best_d.shape[0]):
         out[t + 1] = best_i[t]
 
 
@@ -149,14 +154,14 @@ def _grow_nc(Y, alive, m, seed, members, dist, running):
 
 
 @jit
-def _grow(Y, alive, m, seed, dist, members, nc, work, running):
+def _grow(Y, alive, m, seed, dist, members, nc, work, running, best_d, best_i):
     """Fill ``members`` (capacity k) with ``seed`` and k-1 alive records: its nearest neighbours
-    (``dist`` must hold the distances to ``seed``; it is left unchanged) or, if ``nc``, NC growth
-    (scratch ``work`` and ``running``)."""
+    (``dist`` must hold the distances to ``seed``; it is left unchanged; scratch ``best_d`` and
+    ``best_i`` of k-1 each) or, if ``nc``, NC growth (scratch ``work`` and ``running``)."""
     if nc:
         _grow_nc(Y, alive, m, seed, members, work, running)
     else:
-        _nearest(dist, alive, m, seed, members.shape[0], members)
+        _nearest_into(dist, alive, m, seed, members, best_d, best_i)
 
 
 @jit
@@ -175,18 +180,24 @@ def _take_group(members, alive, ids, Z, labels, total, group):
 @jit
 def _compact_carrying(Y, ids, carry, alive, m):
     """Stable compaction of the alive records to the front of the storage, moving the per-record
-    values ``carry`` along; returns the new count."""
-    d = Y.shape[0]
+    values ``carry`` along; returns the new count.
+
+    Column by column (each a contiguous row of ``Y``): moving a record's ``d`` values at once wrote
+    ``d`` rows ``n`` apart, and MDAV's compactions cost more than the dead records they drop."""
+    keep = np.empty(m, dtype=np.int64)
     w = 0
     for i in range(m):
         if alive[i]:
-            if w != i:
-                for j in range(d):
-                    Y[j, w] = Y[j, i]
-                ids[w] = ids[i]
-                carry[w] = carry[i]
-            alive[w] = True
+            keep[w] = i
             w += 1
+    for j in range(Y.shape[0]):
+        row = Y[j]
+        for t in range(w):
+            row[t] = row[keep[t]]
+    for t in range(w):
+        ids[t] = ids[keep[t]]
+        carry[t] = carry[keep[t]]
+        alive[t] = True
     for i in range(w, m):
         alive[i] = False
     return w
@@ -200,26 +211,34 @@ def _compact(Y, ids, alive, m):
 
 @jit
 def _group_around_farthest_from_centroid(Y, ids, alive, m, n_alive, Z, labels, total, dist,
-                                         members, group, nc, work, running):
-    """Centroid -> farthest record r -> group of r; returns r's storage position."""
-    d = Y.shape[0]
-    c = np.empty(d)
-    for j in range(d):
+                                         members, group, nc, work, running, best_d, best_i, c):
+    """Centroid -> farthest record r -> group of r; returns r's storage position (``c``: scratch of d)."""
+    for j in range(Y.shape[0]):
         c[j] = total[j] / n_alive
     return _group_around_farthest_from(Y, ids, alive, m, c, Z, labels, total, dist, members, group, nc, work,
-                                       running)
+                                       running, best_d, best_i)
 
 
 @jit
-def _group_around_farthest_from(Y, ids, alive, m, c, Z, labels, total, dist, members, group, nc, work, running):
+def _group_around_farthest_from(Y, ids, alive, m, c, Z, labels, total, dist, members, group, nc, work, running,
+                                best_d, best_i):
     """Farthest alive record r from the point ``c`` -> group of r (grown by NN or NC), labelled and
-    removed; ``dist`` is left holding the distances to r. Returns r's storage position."""
+    removed; ``dist`` is left holding the distances to r, ``c`` r's values. Returns r's storage
+    position."""
     _distances_to(Y, m, c, dist)
     r = _farthest(dist, alive, m)
-    _distances_to(Y, m, Y[:, r].copy(), dist)
-    _grow(Y, alive, m, r, dist, members, nc, work, running)
+    _copy_record(Y, r, c)
+    _distances_to(Y, m, c, dist)
+    _grow(Y, alive, m, r, dist, members, nc, work, running, best_d, best_i)
     _take_group(members, alive, ids, Z, labels, total, group)
     return r
+
+
+@jit
+def _copy_record(Y, r, out):
+    """``out[:] = Y[:, r]`` (column-major ``Y``), without the allocation of a slice's copy."""
+    for j in range(Y.shape[0]):
+        out[j] = Y[j, r]
 
 
 @jit
@@ -265,27 +284,31 @@ def _mdav(Z, k, nc):
     members = np.empty(k, dtype=np.int64)
     work = np.empty(n if nc else 0)
     running = np.empty(d)
+    best_d, best_i = np.empty(k - 1), np.empty(k - 1, dtype=np.int64)
+    point = np.empty(d)
     m = n
     n_alive = n
     group = 0
     while n_alive >= 3 * k:
         _group_around_farthest_from_centroid(Y, ids, alive, m, n_alive, Z, labels, total, dist,
-                                             members, group, nc, work, running)
+                                             members, group, nc, work, running, best_d, best_i, point)
         n_alive -= k
         group += 1
         # dist still holds the distances to r: s is the remaining record farthest from r
         s = _farthest(dist, alive, m)
-        _distances_to(Y, m, Y[:, s].copy(), dist)
-        _grow(Y, alive, m, s, dist, members, nc, work, running)
+        _copy_record(Y, s, point)
+        _distances_to(Y, m, point, dist)
+        _grow(Y, alive, m, s, dist, members, nc, work, running, best_d, best_i)
         _take_group(members, alive, ids, Z, labels, total, group)
         n_alive -= k
         group += 1
-        # dead records still cost a distance each per pass: compact when they exceed 1/8
-        if 8 * (m - n_alive) > m:
+        # dead records still cost a distance each per pass: compact when they exceed 1/16 (1/8 and
+        # 1/32 were slower on blocks of 2,000 rows; BENCHMARKS.md, thirty-ninth session)
+        if 16 * (m - n_alive) > m:
             m = _compact(Y, ids, alive, m)
     if n_alive >= 2 * k:
         _group_around_farthest_from_centroid(Y, ids, alive, m, n_alive, Z, labels, total, dist,
-                                             members, group, nc, work, running)
+                                             members, group, nc, work, running, best_d, best_i, point)
         n_alive -= k
         group += 1
     for i in range(m):

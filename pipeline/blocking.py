@@ -125,8 +125,8 @@ def grow_tree(Z, fraction, block_size, one_block_rows, min_child, fixed, threads
     threads = threads or min(8, usable_cores())
     if depth is None:
         depth = int(np.ceil(np.log2(threads))) if threads > 1 and len(Z) >= PARALLEL_SAMPLE else 0
-    if depth == 0:
-        return kernels.grow_tree(Z, fraction, block_size, one_block_rows, min_child, fixed)
+    if depth == 0:  # every argument passed: a default left to Numba takes the dispatcher's compile path
+        return kernels.grow_tree(Z, fraction, block_size, one_block_rows, min_child, fixed, True)
     cells = {(): (Z, True)}    # path from the root (0 left, 1 right) -> (rows, whether the root)
     splits = {}                # path -> (direction, threshold, estimate) of a split cell
     grown = {}                 # path -> kernels.grow_tree of a subtree
