@@ -134,27 +134,70 @@ def partition_keys(urlpath, fs, names):
     """The Hive partition keys (``key=value`` directories) above the data files ``names`` of a
     directory input ``urlpath``, in order (none for another input). Refuses, naming a file of each kind,
     files under different keys (``x=1/a.parquet`` beside ``x=1/y=2/b.parquet``: Dask failed on
-    them), and a partition of null keys (``x=__HIVE_DEFAULT_PARTITION__/``: Dask cannot read it)."""
+    them)."""
     root = fs._strip_protocol(urlpath).rstrip("/")
     if not names or any(not n.startswith(root + "/") for n in names):
         return ()
     layouts = {}
     for name in names:
-        parts = name[len(root) + 1:].split("/")[:-1]
-        keys = tuple(p.split("=", 1)[0] for p in parts if "=" in p)
+        keys = tuple(p.split("=", 1)[0] for p in _directories(root, name) if "=" in p)
         layouts.setdefault(keys, []).append(name)
-        null = [p.split("=", 1)[0] for p in parts if p.endswith("=" + HIVE_NULL)]
-        if null:
-            count = sum(HIVE_NULL in n for n in names)
-            raise InputError(f"the input holds a Hive partition of null {null[0]!r} ({null[0]}={HIVE_NULL}, "
-                             f"{count} file(s), e.g. {name}), which Dask cannot read; give its rows a value (or "
-                             f"move those files to an input of their own)")
     if len(layouts) > 1:
         found = "; ".join(f"{len(v)} file(s) under {', '.join(k) if k else 'no key'} (e.g. {v[0]})"
                           for k, v in layouts.items())
         raise InputError(f"the input's files lie under different Hive partition keys: {found}; every file of an "
                          f"input must lie under the same key=value directories")
     return next(iter(layouts))
+
+
+def _directories(root, name):
+    """The directories between ``root`` and the file ``name`` below it."""
+    return name[len(root) + 1:].split("/")[:-1]
+
+
+def _integer_width(values):
+    """32 or 64 if every one of ``values`` (directory names) is an integer of that many bits at most, as
+    pyarrow infers a partition key's type; else None (also for no values)."""
+    if not values or not all(re.fullmatch(r"[-+]?\d+", v) for v in values):
+        return None
+    low, high = min(int(v) for v in values), max(int(v) for v in values)
+    return 32 if -2**31 <= low and high < 2**31 else 64 if -2**63 <= low and high < 2**63 else None
+
+
+def null_partitioning(urlpath, fs, names, keys):
+    """``(partitioning, integers, categories)`` for an input with a Hive partition of null keys
+    (``x=__HIVE_DEFAULT_PARTITION__/``, as Hive and Spark write a null key), else None.
+
+    Dask infers each key's type from one file's directories at a time and failed on such a partition
+    (pyarrow: "No non-null segments were available"). Given the keys' types up front it reads the null
+    directories as nulls. The types are those Dask gives the same directories without the null one,
+    so a nightly export's columns keep their types on the day a null key appears: a key whose values
+    are all integers is an ``int32`` (``int64`` if one needs it; read as pandas' nullable integer:
+    ``integers``), any other a string, made pandas' categorical of its values as Dask reads it
+    (``categories``: key -> sorted values; written as a dictionary of strings)."""
+    import pyarrow as pa
+    import pyarrow.dataset as pa_ds
+
+    root = fs._strip_protocol(urlpath).rstrip("/")
+    values = {key: set() for key in keys}
+    for name in names:
+        for part in _directories(root, name):
+            key, _, value = part.partition("=")
+            if key in values:
+                values[key].add(value)
+    if not any(HIVE_NULL in v for v in values.values()):
+        return None
+    fields, integers, categories = [], [], {}
+    for key in keys:
+        seen = sorted(values[key] - {HIVE_NULL})
+        width = _integer_width(seen)
+        if width:
+            fields.append(pa.field(key, pa.int32() if width == 32 else pa.int64()))
+            integers.append(key)
+        else:
+            fields.append(pa.field(key, pa.string()))
+            categories[key] = seen
+    return pa_ds.partitioning(pa.schema(fields), flavor="hive"), tuple(integers), categories
 
 
 def hive_columns(keys, names, schemas):
@@ -1294,6 +1337,7 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
     else:
         files = _data_files(urlpath)
         keys = partition_keys(urlpath, *files)
+        null_keys = null_partitioning(urlpath, *files, keys)
         try:
             names, footers = _footers(*files)
             schemas = [f.schema.to_arrow_schema() for f in footers]
@@ -1350,12 +1394,19 @@ def read_input_and_schema(path, blocksize=None, dtypes=None, csv=None, text=(), 
             # column like any other, released unchanged, not an index the write would drop
             # files without a Parquet suffix (Hive's 000000_0): Dask, which filters by suffix, must read them all
             unnamed = not any(f.lower().endswith(_PARQUET_SUFFIXES) for f in files[1])
+            if null_keys:  # a partition of null keys: the keys' types given (null_partitioning)
+                read_options = {"dataset": {**read_options.get("dataset", {}), "partitioning": null_keys[0]}}
+                exact = tuple(exact) + null_keys[1]
             ddf = dd.read_parquet(urlpath, split_row_groups="infer", blocksize=PARQUET_BLOCKSIZE, index=False,
                                   engine=ExactIntegersEngine, arrow_to_pandas={EXACT_INTEGERS: exact,
                                                                                EXACT_FLOATS: tuple(floats),
                                                                                PLAIN: plain},
                                   **read_options,
                                   **({"parquet_file_extension": None} if unnamed else {}))
+            if null_keys and null_keys[2]:
+                import pandas as pd
+
+                ddf = ddf.astype({key: pd.CategoricalDtype(seen) for key, seen in null_keys[2].items()})
     except (OSError, ValueError) as exc:
         if fmt == "parquet" and "duplicate field" in str(exc):
             _refuse_duplicate_fields(*files)

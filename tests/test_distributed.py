@@ -1290,6 +1290,39 @@ def test_a_hive_partitioned_input_keeps_its_partition_column(tmp_path):
     assert_k_anonymous(got, ["q0", "q1"], 3)
 
 
+def test_a_hive_partition_of_null_keys_is_released_with_the_types_of_one_without(tmp_path):
+    """Hive and Spark write a null key as ``key=__HIVE_DEFAULT_PARTITION__/``; Dask failed to read such
+    an input (pyarrow: no non-null segments to infer the key's type from), and the job refused it. Its
+    rows are now released with null keys, and the keys keep the types an input without the null
+    directories gets (a nightly export's schema does not change on the day a null key appears)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(8)
+    source, plain = tmp_path / "nulls", tmp_path / "plain"
+    for year in ("2024", "2025", "__HIVE_DEFAULT_PARTITION__"):
+        for region in ("north", "south", "__HIVE_DEFAULT_PARTITION__"):
+            table = pa.table({"q0": rng.normal(size=40), "q1": rng.normal(size=40),
+                              "count": pa.array(rng.integers(0, 9, 40), pa.int16())})
+            for root in (source,) if "__" in year + region else (source, plain):
+                (root / f"year={year}" / f"region={region}").mkdir(parents=True, exist_ok=True)
+                pq.write_table(table, root / f"year={year}" / f"region={region}" / "part-0.parquet")
+    released = {}
+    for root, options in ((source, ()), (plain, ("--scheduler", "synchronous"))):
+        out = tmp_path / f"release-{root.name}"
+        microagg_cli("anonymize", root, out, "--k", 3, "--qi", "q0,q1", "--no-html", "--no-evaluate", *options,
+                     check=True)
+        released[root.name] = pq.read_table(out)
+    assert released["nulls"].schema.field("year").type == released["plain"].schema.field("year").type == pa.int32()
+    region = released["nulls"].schema.field("region").type
+    assert region == released["plain"].schema.field("region").type and pa.types.is_dictionary(region)
+    got = released["nulls"].to_pandas()
+    assert len(got) == 9 * 40
+    keys = got[["year", "region"]].astype("string").fillna("null").value_counts()
+    assert keys.to_dict() == {(y, r): 40 for y in ("2024", "2025", "null") for r in ("north", "south", "null")}
+    assert_k_anonymous(got, ["q0", "q1"], 3)
+
+
 def test_a_column_pandas_stored_as_its_index_is_released(tmp_path):
     """``df.to_parquet`` of a frame with a named index stores the index as a column (last): it is a
     column of the input like any other, released unchanged in its place (it used to be dropped)."""
