@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from functools import partial
+from functools import lru_cache, partial
 from importlib.resources import files
 from typing import NamedTuple
 
@@ -1178,9 +1178,11 @@ def _csv_pieces(files, blocksize, dialect):
     end, first)]``, in order (:class:`_CSVPieces` reads them). Quotes count as pandas counts them:
     around a field, doubled inside it; a quote inside an unquoted field (``12" pipe``) is a character
     like any other (counted as an opening quote, it put the later cuts inside quoted fields, and the
-    job failed on a file pandas reads). In an encoding of several bytes per character (UTF-16, the
-    "Unicode text" of spreadsheets), whose line breaks are not one byte, each file is one piece (Dask
-    cut them at the bytes of a line break, also inside quoted fields)."""
+    job failed on a file pandas reads). In an encoding whose bytes the scan cannot read as ASCII
+    (:func:`scans_as_ascii`: UTF-16, the "Unicode text" of spreadsheets, whose line breaks are not one
+    byte; Shift-JIS separated by ``|``, whose ``ポ`` ends in the byte of ``|``) each file is one piece
+    (Dask cut them at the bytes of a line break, also inside quoted fields, and the scan took ``ポ"``
+    for a quoted field's start)."""
     from dask.utils import parse_bytes
 
     size = parse_bytes(blocksize)
@@ -1193,12 +1195,37 @@ def _csv_pieces(files, blocksize, dialect):
     if not ranges:  # every file read whole
         return None
     encoding = dialect.get("encoding", "utf-8")
-    if "\n".encode(encoding)[len("".encode(encoding)):] != b"\n":  # UTF-16, UTF-32: the scan reads bytes
+    if not scans_as_ascii(encoding, dialect.get("sep", ",")):  # the scan reads bytes
         return [(name, 0, total, True) for name, total in zip(files.names, files.sizes)]  # each file whole
     fs = fsspec.core.url_to_fs(files.names[0])[0]
     sep = dialect.get("sep", ",").encode(encoding)
     return _PIECES.get(fs, [fs._strip_protocol(n) for n in ranges], (tuple(files.names), size, sep),
                        lambda: _cut(files, ranges, sep))
+
+
+def scans_as_ascii(encoding, sep):
+    """Whether a byte scan for the separator ``sep``, quotes and line breaks reads text in ``encoding``
+    right: the ASCII characters are their own bytes, and no other character's bytes include one of
+    those. True for UTF-8, Latin-1, the Windows code pages and EUC-JP, and for Shift-JIS, Big5 or GBK
+    separated by commas, semicolons or tabs; False for UTF-16 and UTF-32 (a line break is two or four
+    bytes), for Shift-JIS separated by ``|`` (``ポ`` is ``0x83 0x7C``), and for the ISO-2022 family and
+    UTF-7 (characters written in ASCII bytes)."""
+    watched = set((sep + '"\n\r').encode("latin-1", "replace"))
+    return _ascii_as_itself(encoding) and not watched & _ascii_bytes_of_others(encoding)
+
+
+@lru_cache(maxsize=None)
+def _ascii_as_itself(encoding):
+    ascii_chars = "".join(map(chr, range(128)))
+    return codecs.encode(ascii_chars, encoding)[-128:] == ascii_chars.encode("ascii")
+
+
+@lru_cache(maxsize=None)
+def _ascii_bytes_of_others(encoding):
+    """The bytes below 0x80 in the encoding of the characters of the Basic Multilingual Plane outside
+    ASCII (all encoded in one call: a few milliseconds, once per encoding)."""
+    others = "".join(chr(c) for c in range(128, 0x10000) if not 0xD800 <= c < 0xE000)
+    return frozenset(b for b in codecs.encode(others, encoding, "ignore") if b < 0x80)
 
 
 def _cut(files, ranges, sep):

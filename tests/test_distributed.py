@@ -526,6 +526,33 @@ def test_a_csv_whose_rows_end_in_a_separator_keeps_its_columns(tmp_path, monkeyp
     assert not io._ends_in_a_separator(["a", "b"], ["row1", "1", "2"]) and not io._ends_in_a_separator(["a"], None)
 
 
+def test_a_shift_jis_csv_separated_by_pipes_is_read_the_same_whole_and_in_blocks(tmp_path, monkeypatch):
+    """In Shift-JIS the second byte of a character may be ``|`` (``ポ`` is ``0x83 0x7C``): the byte scan
+    that cuts a CSV into blocks at line breaks outside quotes sees a separator there, and a quote after
+    it (``ポ"x``) at the start of a field. A file with such fields and quoted line breaks (a note over
+    two lines) releases the same rows read whole or in blocks of 4 KiB, its text as written."""
+    from microagg.pipeline import io, release
+
+    rng = np.random.default_rng(9)
+    names = ['ポ"x', "東京", '"ポイント|一\n二"', "ポ"]
+    rows = [f"{rng.normal():.4f}|{rng.normal():.4f}|{names[i % 4]}" for i in range(1200)]
+    path = tmp_path / "sjis.csv"
+    path.write_bytes(("a|b|name\n" + "\n".join(rows) + "\n").encode("shift_jis"))
+    options = release.ReleaseOptions(k=3, quasi_identifiers=["a", "b"])
+    dialect = io.csv_dialect("|", encoding="shift_jis")
+    released = []
+    for blocksize in ("64MB", "4KiB"):
+        monkeypatch.setattr(io, "CSV_BLOCKSIZE", blocksize)
+        out = tmp_path / f"release-{blocksize}"
+        release.run(path, out, options, html=False, csv=dialect)
+        released.append(pd.read_parquet(out))
+    pd.testing.assert_frame_equal(released[0], released[1])
+    assert released[1]["name"].tolist() == [('ポ"x', "東京", "ポイント|一\n二", "ポ")[i % 4] for i in range(1200)]
+    # read whole for that separator only: separated by commas (no second byte is one) it is cut as usual
+    assert not io.scans_as_ascii("shift_jis", "|") and io.scans_as_ascii("shift_jis", ",")
+    assert io.scans_as_ascii("utf-8", "|") and not io.scans_as_ascii("utf-16", ",")
+
+
 def test_a_value_after_the_last_column_of_a_csv_whose_rows_end_in_a_separator_is_refused(tmp_path, monkeypatch):
     """In a file whose rows end in a separator (read with ``index_col=False``), a row whose last field
     is not empty has more fields than the header, as in any other file: pandas dropped the value with
