@@ -101,17 +101,51 @@ def _row_distances(cent, i, dist, c):
     dist[i] = np.inf
 
 
+BOUND_LANES = 16
+"""Lanes of :func:`_select_row`'s bound (it serves capacities up to this many): the fastest of 8, 12, 16,
+24 and 32 at capacities 6 and 12."""
+
+
 @jit
-def _select_row(dist, ids, keys, near, g):
+def _select_row(dist, ids, keys, near, g, low):
     """Row g of ``keys`` / ``near``: the nearest of the groups ``ids`` at distances ``dist``, sorted by
-    distance (ties to the lower id), up to the rows' capacity; returns how many."""
+    distance (ties to the lower id), up to the rows' capacity; returns how many (``low``: scratch of
+    ``BOUND_LANES``).
+
+    Offered in id order, which is unrelated to distance, the candidates entered the sorted buffer 41
+    times a row (390 groups, capacity 6, real blocks), each time with mispredicted branches. So the
+    distances first give a bound: read as rows of ``BOUND_LANES``, each column's minimum (one
+    branch-free pass, the minima in registers), then the capacity-th smallest of those minima, the
+    distances of as many distinct groups. A candidate farther than the bound cannot be kept: only the
+    others are offered (7.5 a row, 7.2 insertions), still in id order, so the buffer is the full scan's,
+    bit for bit, ties included. The selection takes 0.24 ms instead of 0.37 on a block of 1,950 rows
+    (capacity 12: 28 candidates within the bound, 0.33 ms instead of 0.56). A bound from a sample (every
+    8th candidate's capacity nearest) was slower than none: the sample costs insertions of its own. With
+    fewer groups than lanes or a capacity above them, every candidate is offered.
+    """
     capacity = keys.shape[1]
+    m = ids.shape[0]
+    worst = np.inf  # offered: the candidates closer than this
+    if capacity <= BOUND_LANES:
+        n_rows = m // BOUND_LANES
+        rows = dist[:n_rows * BOUND_LANES].reshape((n_rows, BOUND_LANES))
+        low[:] = np.inf
+        for t in range(n_rows):
+            for j in range(BOUND_LANES):
+                x = rows[t, j]
+                low[j] = x if x < low[j] else low[j]  # a NaN, never kept, stays out
+        bound = np.inf
+        for j in range(BOUND_LANES):  # the smallest minimum with capacity minima at most as large
+            below = 0
+            for u in range(BOUND_LANES):
+                below += low[u] <= low[j]
+            bound = low[j] if below >= capacity and low[j] < bound else bound
+        worst = np.nextafter(bound, np.inf)  # the next double up: candidates at the bound are offered
     row_keys = keys[g]
     row_near = near[g]
     filled = 0
-    worst = np.inf  # the buffer's largest key once full: most candidates fail this one test
-    for b in range(ids.shape[0]):
-        if dist[b] < worst:
+    for b in range(m):
+        if dist[b] < worst:  # then the buffer's largest key once full: most candidates fail this one test
             filled = keep_smallest(row_keys, row_near, filled, dist[b], ids[b])
             if filled == capacity:
                 worst = row_keys[capacity - 1]
@@ -137,11 +171,12 @@ def _scan_all(lists, sums, size, alive):
     m = ids.shape[0]
     dist = np.empty(m)
     c = np.empty(cent.shape[0])
+    low = np.empty(BOUND_LANES)
     filled[:] = 0
     for i in range(m):
         g = ids[i]
         _row_distances(cent, i, dist, c)
-        filled[g] = _select_row(dist, ids, keys, near, g)
+        filled[g] = _select_row(dist, ids, keys, near, g, low)
         whole[g] = filled[g] == m - 1
 
 
@@ -208,12 +243,13 @@ def _update_lists(lists, sums, size, alive, version, seen, n_neighbors):
         filled[g] = kept
     dist = np.empty(m)
     c = np.empty(cent.shape[0])
+    low = np.empty(BOUND_LANES)
     for o in range(m):
         if not moved[o]:
             continue
         h = ids[o]
         _row_distances(cent, o, dist, c)
-        filled[h] = _select_row(dist, ids, keys, near, h)
+        filled[h] = _select_row(dist, ids, keys, near, h, low)
         whole[h] = filled[h] == m - 1
         for i in range(m):
             g = ids[i]
@@ -234,7 +270,7 @@ def _update_lists(lists, sums, size, alive, version, seen, n_neighbors):
         whole[g] = whole[g] or kept == m - 1
         if not whole[g] and kept < n_neighbors:
             _row_distances(cent, i, dist, c)
-            filled[g] = _select_row(dist, ids, keys, near, g)
+            filled[g] = _select_row(dist, ids, keys, near, g, low)
             whole[g] = filled[g] == m - 1
 
 
