@@ -126,6 +126,18 @@ def test_mdav_identical_to_textbook_many_rounds(data, k):
     np.testing.assert_array_equal(kernels.mdav(X, k), naive.mdav(X, k))
 
 
+@pytest.mark.parametrize("n, d, high, k", [(700, 3, 4, 2), (900, 13, 4, 5), (1500, 13, 1000, 3), (1200, 5, 60, 10)])
+def test_mdav_identical_to_textbook_where_its_scans_take_their_shortcuts(n, d, high, k):
+    """Blocks of hundreds of rows, where MDAV's nearest-records scan reads only the blocks of records
+    within its bound and r is mostly found among the records listed after a full pass (kernels.mdav):
+    the textbook's groups exactly, with ties everywhere (values 0..4) and with few (0..1000). Integer
+    values keep the centroids' sums exact, so the textbook's distances are the kernel's, bit for bit."""
+    X = np.random.default_rng(n + d + k).integers(0, high + 1, size=(n, d)).astype(np.float64)
+    got = kernels.mdav(X, k)
+    np.testing.assert_array_equal(got, naive.mdav(X, k))
+    assert_valid_partition(got, n, k)
+
+
 @THOROUGH
 @given(data=st.data(), k=st.integers(2, 6))
 def test_mdav_partition_invariants(data, k):
