@@ -8,7 +8,7 @@ chunk it sits in, and the counts of disjoint chunks add up to those of the whole
 
 import numpy as np
 
-from ._jit import jit
+from ._jit import inline_jit, jit
 
 
 @jit
@@ -20,22 +20,37 @@ def bin_counts(A, edges, weight):
     n, d = A.shape
     bins = edges.shape[1] - 1
     counts = np.zeros((d, bins), dtype=np.int64)
-    scale = np.empty(d)
-    for j in range(d):
-        scale[j] = bins / (edges[j, bins] - edges[j, 0])
+    scale = bin_scales(edges)
     for i in range(n):
         w = weight[i]
         for j in range(d):
             v = A[i, j]
-            if not np.isfinite(v):
-                continue
-            guess = (v - edges[j, 0]) * scale[j]
-            b = bins - 1
-            if guess < bins:
-                b = max(int(guess), 0) if guess > 0.0 else 0
-            while b > 0 and v < edges[j, b]:
-                b -= 1
-            while b < bins - 1 and v >= edges[j, b + 1]:
-                b += 1
-            counts[j, b] += w
+            if np.isfinite(v):
+                counts[j, bin_of(v, edges, j, scale[j])] += w
     return counts
+
+
+@jit
+def bin_scales(edges):
+    """Bins per unit of each column's range: :func:`bin_of`'s first guess."""
+    d = edges.shape[0]
+    bins = edges.shape[1] - 1
+    scale = np.empty(d)
+    for j in range(d):
+        scale[j] = bins / (edges[j, bins] - edges[j, 0])
+    return scale
+
+
+@inline_jit
+def bin_of(v, edges, j, scale):
+    """The bin of the finite value ``v`` in the edges of column ``j`` (``scale``: its :func:`bin_scales`)."""
+    bins = edges.shape[1] - 1
+    guess = (v - edges[j, 0]) * scale
+    b = bins - 1
+    if guess < bins:
+        b = max(int(guess), 0) if guess > 0.0 else 0
+    while b > 0 and v < edges[j, b]:
+        b -= 1
+    while b < bins - 1 and v >= edges[j, b + 1]:
+        b += 1
+    return b

@@ -50,6 +50,7 @@ from .. import kernels
 from ..kernels import groups
 from ..kernels import histogram
 from ..kernels import missing as missing_kernels
+from ..kernels import released as released_kernels
 from . import blocking, graph, interrupts, io, metrics, mic1d, sequence, stats, stitch
 from .sequence import check_sequence
 from .strata import check_strata, partition_counts, plan_strata
@@ -755,56 +756,67 @@ def solve_mic1d(frame, qi, n_rows, mean, std, options, strata=None, first_column
 # --- stage 4: the gate -----------------------------------------------------------------------------
 
 def tuple_hashes(table):
-    """64-bit hash of each row of ``table`` (a released tuple)."""
-    return pd.util.hash_pandas_object(pd.DataFrame(table), index=False).to_numpy()
+    """64-bit hash of each row of ``table`` (a released tuple): :func:`microagg.kernels.row_hashes`,
+    every missing value hashed as the same NaN."""
+    table = np.ascontiguousarray(table, dtype=np.float64)
+    if np.isnan(table).any():
+        table = np.where(np.isnan(table), np.nan, table)
+    return kernels.row_hashes(table, 0)
 
 
 def tuple_counts(table, sizes, hashes=None):
     """Rows carrying each group's tuple: for group ``g``, the sum of ``sizes`` over the groups whose
-    tuple (row of ``table``, float64) equals ``table[g]``, exactly.
+    tuple (row of ``table``, float64) equals ``table[g]``, exactly (:func:`_tuple_evidence`)."""
+    return _tuple_evidence(table, sizes, hashes)[0]
+
+
+def _tuple_evidence(table, sizes, hashes=None):
+    """``(counts, distinct)``: :func:`tuple_counts` and the tuples' distinct hashes, sorted.
 
     Tuples are bucketed by a 64-bit hash (``hashes``: :func:`tuple_hashes`, if the caller has them)
-    and compared with their bucket's first tuple; only if two different tuples share a hash (never
-    seen in practice) does it fall back to a full sort.
+    and compared with their bucket's first tuple (:func:`microagg.kernels.released.tuple_counts`);
+    only if two different tuples share a hash (never seen in practice) does it fall back to a full sort.
     """
     if not len(table):
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64)
+    table = np.ascontiguousarray(table, dtype=np.float64)
     hashes = tuple_hashes(table) if hashes is None else hashes
-    order = np.argsort(hashes, kind="stable")
-    h = hashes[order]
-    starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
-    bucket = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(h)]))
-    first = order[starts][bucket]
-    same = (table[order] == table[first]) | (np.isnan(table[order]) & np.isnan(table[first]))
-    if same.all():
-        totals = np.bincount(bucket, weights=sizes[order]).astype(np.int64)
-        counts = np.empty(len(table), dtype=np.int64)
-        counts[order] = totals[bucket]
-        return counts
+    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+    counts, distinct, exact = released_kernels.tuple_counts(table, sizes, hashes)
+    if exact:
+        return counts, distinct
     _, inverse = np.unique(table, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
-    return np.bincount(inverse, weights=sizes).astype(np.int64)[inverse]
+    return np.bincount(inverse, weights=sizes).astype(np.int64)[inverse], _sorted_unique(hashes)
 
 
 def summarize(rows, labels, table, job, gain, picks=None):
     """The gate's evidence for one released piece (a dict): rows, groups, group sizes, how often
     the released tuples occur (:func:`tuple_counts`), the standardized SSE, rows per block; and, if
     the job has histogram edges, the piece's part of the report's data summary (``data``:
-    :func:`_piece_data`)."""
+    :func:`_piece_data`). The SSE and the data summary's sums over the rows come from one pass
+    (:func:`microagg.kernels.released.piece_errors`)."""
     k = job.options.k
     sizes = np.bincount(labels) if len(labels) else np.zeros(0, dtype=np.int64)
-    hashes = tuple_hashes(table) if table is not None and len(table) else np.zeros(0, dtype=np.uint64)
-    counts = tuple_counts(table, sizes, hashes) if table is not None else sizes
+    if table is None:
+        counts, distinct = sizes, np.zeros(0, dtype=np.uint64)
+    else:
+        table = np.ascontiguousarray(table, dtype=np.float64)
+        counts, distinct = _tuple_evidence(table, sizes)
     sse = 0.0
     data = None
     if table is not None and len(labels):
-        scale = np.where(job.std > 0, job.std, np.inf)
-        masked = table[labels]
-        sse = float(np.nansum(((rows.values - masked) / scale) ** 2))  # observed cells
         edges = getattr(job, "edges", None)
-        if edges is not None:
-            data = _piece_data(rows.values, masked, labels, table, sizes,
-                               edges[job.first_column:job.first_column + len(job.qi)],
+        width = len(job.qi)
+        edges = (np.zeros((width, 1)) if edges is None else  # no bins: nothing counted
+                 np.ascontiguousarray(edges[job.first_column:job.first_column + width]))
+        counts_x = np.zeros((width, edges.shape[1] - 1), dtype=np.int64)
+        X = np.ascontiguousarray(rows.values, dtype=np.float64)
+        sse, sq_diff, col_sum = released_kernels.piece_errors(X, table, np.ascontiguousarray(labels, dtype=np.int64),
+                                                              np.ascontiguousarray(job.std, dtype=np.float64), edges,
+                                                              counts_x)
+        if counts_x.shape[1]:
+            data = _piece_data(X, labels, table, sizes, edges, counts_x, sq_diff, col_sum,
                                job.options.missing == "error")  # else a value may be missing
     block_ids, block_rows = np.unique(rows.leaf, return_counts=True)
     released = len(labels)
@@ -819,13 +831,13 @@ def summarize(rows, labels, table, job, gain, picks=None):
         "max_group_size": int(sizes.max()) if len(sizes) else 0,
         "min_tuple_count": int(counts.min()) if len(counts) else None,
         "rows_in_small_tuples": int(sizes[counts < k].sum()),
-        "sse": sse,
+        "sse": float(sse),
         "stitch_gain": float(gain),
         "auto_picks": picks,  # auto's race counts (pipeline.methods.Race.picks), or None
         "block_ids": block_ids,
         "block_rows": block_rows,
         "data": data,
-        "tuple_hashes": _sorted_unique(hashes),  # the real anonymity k' (records / distinct released tuples)
+        "tuple_hashes": distinct,  # the real anonymity k' (records / distinct released tuples)
     }
 
 
@@ -881,39 +893,37 @@ def _data_summary(qi, edges, data, n_rows, complete, covariance, masked=None):
     return summary
 
 
-def _piece_data(X, Xm, labels, table, sizes, edges, complete=True):
+def _piece_data(X, labels, table, sizes, edges, counts_x, sq_diff, col_sum, complete=True):
     """One released piece's part of the report's data summary (:mod:`pipeline.report`), from the
-    arrays its task holds: the counts of the original ``X`` and the masked ``Xm`` values in the bins
-    of ``edges`` (the masked ones from the group ``table``, each tuple counted once per row of its
-    group), the moments of the row pairs the summary needs (:func:`_piece_moments`) and the number
-    of groups of each size. ``complete``: no value is missing (else the moments are those of the
-    complete rows). The pieces add exactly: counts and sizes by sums, moments by
-    ``metrics.combine_moments``."""
-    counts_x = histogram.bin_counts(np.ascontiguousarray(X), edges, np.ones(len(X), dtype=np.int64))
-    table = np.ascontiguousarray(table, dtype=np.float64)
+    arrays its task holds: the counts of the original ``X`` (``counts_x``) and the masked values in
+    the bins of ``edges`` (the masked ones from the group ``table``, each tuple counted once per row of
+    its group), the moments of the row pairs the summary needs (:func:`_piece_moments`) and the number
+    of groups of each size. ``sq_diff`` and ``col_sum`` are :func:`microagg.kernels.released.piece_errors`'s.
+    ``complete``: no value is missing (else the moments are those of the complete rows). The pieces
+    add exactly: counts and sizes by sums, moments by ``metrics.combine_moments``."""
     counts_m = histogram.bin_counts(table, edges, sizes.astype(np.int64))
     if complete:
-        moments = _piece_moments(X, Xm, table, sizes)
+        moments = _piece_moments(X, table, sizes, sq_diff, col_sum)
     else:
         rows = np.isfinite(X).all(axis=1) & np.isfinite(table).all(axis=1)[labels]
-        moments = metrics.moments(X[rows], Xm[rows])
+        moments = metrics.moments(X[rows], table[labels[rows]])
     size, number = np.unique(sizes, return_counts=True)
     return {"counts_x": counts_x, "counts_m": counts_m, "moments": moments,
             "sizes": dict(zip(size.tolist(), number.tolist()))}
 
 
-def _piece_moments(X, Xm, table, sizes):
-    """The part of :func:`metrics.moments` of ``(X, Xm)`` the report's summary uses (``n``, means,
-    co-moments, ``sq_diff``), the masked co-moment from the group ``table`` weighted by the group
-    ``sizes`` (as many rows as groups: the piece's rows hold one tuple per group)."""
+def _piece_moments(X, table, sizes, sq_diff, col_sum):
+    """The part of :func:`metrics.moments` of the rows ``X`` and their released values the report's
+    summary uses (``n``, means, co-moments, ``sq_diff``), the masked co-moment from the group ``table``
+    weighted by the group ``sizes`` (as many rows as groups: the piece's rows hold one tuple per
+    group); ``sq_diff`` and the column sums ``col_sum`` as the rows' one pass found them."""
     n = len(X)
-    mean_x = X.mean(axis=0)
+    mean_x = col_sum / n
     C = X - mean_x
     mean_m = (sizes @ table) / n
     T = table - mean_m
-    D = X - Xm
     return {"n": n, "mean_x": mean_x, "mean_m": mean_m, "comoment_x": C.T @ C,
-            "comoment_m": (T * sizes[:, None]).T @ T, "sq_diff": np.einsum("ij,ij->j", D, D)}
+            "comoment_m": (T * sizes[:, None]).T @ T, "sq_diff": sq_diff}
 
 
 def _summary(released):

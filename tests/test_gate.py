@@ -45,3 +45,51 @@ def test_summary_counts_the_rows_a_condition_releases():
     rows = Rows(row_id=np.arange(5), leaf=np.zeros(5, np.int64), values=np.array([[1.0], [1.0], [1.0], [2.0], [2.0]]))
     summary = summarize(rows, np.array([0, 0, 0, 1, 1]), np.array([[1.0], [2.0]]), job, 0.0)
     assert summary["rows"] == 5 and summary["rows_released"] == 2
+
+
+def test_tuples_sharing_a_hash_are_still_counted_by_their_values():
+    from microagg.pipeline.release import _tuple_evidence
+
+    table = np.array([[1.0, 2.0], [3.0, 4.0], [1.0, 2.0]])
+    counts, distinct = _tuple_evidence(table, np.array([2, 3, 4]), np.zeros(3, dtype=np.uint64))  # one hash
+    assert counts.tolist() == [6, 3, 6] and distinct.tolist() == [0]
+
+
+def test_negative_zero_and_nans_of_any_payload_are_one_tuple():
+    other_nan = np.array([0x7FF8000000000001], dtype=np.uint64).view(np.float64)[0]
+    table = np.array([[0.0, np.nan], [-0.0, other_nan], [-0.0, -np.nan], [1.0, np.nan]])
+    assert tuple_counts(table, np.array([2, 3, 5, 4])).tolist() == [10, 10, 10, 4]
+
+
+def test_summary_sums_equal_numpys_over_missing_cells_and_a_constant_column():
+    from microagg.kernels import histogram
+    from microagg.pipeline import metrics
+
+    rng = np.random.default_rng(7)
+    n, g = 400, 60
+    X = rng.normal(size=(n, 3)) * [1.0, 5.0, 0.0] + [0.0, 10.0, 2.0]  # the last column constant
+    labels = np.sort(rng.integers(0, g, n))
+    labels = np.unique(labels, return_inverse=True)[1].astype(np.int64)
+    table = np.array([X[labels == c].mean(axis=0) for c in range(labels.max() + 1)])
+    std = X.std(axis=0)
+    edges = np.array([np.linspace(lo - 1, hi + 1, 9) for lo, hi in zip(X.min(axis=0), X.max(axis=0))])
+    edges[2] = np.linspace(1.0, 3.0, 9)
+    job = SimpleNamespace(options=ReleaseOptions(k=2), std=std, qi=("a", "b", "c"), edges=edges, first_column=0)
+    rows = Rows(row_id=np.arange(n), leaf=np.zeros(n, np.int64), values=X)
+    summary = summarize(rows, labels, table, job, 0.0)
+    scale = np.where(std > 0, std, np.inf)
+    assert np.isclose(summary["sse"], np.nansum(((X - table[labels]) / scale) ** 2), rtol=1e-12, atol=0)
+    data, expected = summary["data"], metrics.moments(X, table[labels])
+    assert (data["counts_x"] == histogram.bin_counts(X, edges, np.ones(n, dtype=np.int64))).all()
+    for key in ("mean_x", "mean_m", "comoment_x", "comoment_m", "sq_diff"):
+        assert np.allclose(data["moments"][key], expected[key], rtol=1e-12, atol=1e-9), key
+    # missing cells (the centroid option): left out of the SSE, and the moments are the complete rows'
+    X[[3, 50], [0, 1]] = np.nan
+    table[labels[3], 0] = np.nan
+    job = SimpleNamespace(options=ReleaseOptions(k=2, missing="centroid"), std=std, qi=("a", "b", "c"), edges=edges,
+                          first_column=0)
+    summary = summarize(Rows(np.arange(n), np.zeros(n, np.int64), X), labels, table, job, 0.0)
+    assert np.isclose(summary["sse"], np.nansum(((X - table[labels]) / scale) ** 2), rtol=1e-12, atol=0)
+    complete = np.isfinite(X).all(axis=1) & np.isfinite(table[labels]).all(axis=1)
+    assert summary["data"]["moments"]["n"] == complete.sum() < n
+    assert (summary["data"]["counts_x"] == histogram.bin_counts(X, edges, np.ones(n, dtype=np.int64))).all()
