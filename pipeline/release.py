@@ -1068,12 +1068,11 @@ def _assemble(start, stop, qi, slots, *pieces):
 
 def _distinct_tuples(start, stop, width, subsets, slots, *pieces):
     """Per subset of QI columns, the distinct released tuples of these rows: the values themselves for
-    one column, else their 64-bit hashes; last, the :func:`_comoments` of the released values (the
+    one column, else their 64-bit hashes (:func:`tuple_hashes`, as the pieces count k'); last, the :func:`_comoments` of the released values (the
     report's masked correlations, which no attribute block's pieces can give)."""
     values = _scatter(start, stop, width, slots, pieces)
     return [_sorted_unique(values[cols[0]]) if len(cols) == 1 else
-            _sorted_unique(pd.util.hash_pandas_object(pd.DataFrame(values[list(cols)].T, copy=False),
-                                                      index=False).to_numpy())
+            _sorted_unique(tuple_hashes(values[list(cols)].T))
             for cols in subsets] + [_comoments(values.T)]
 
 
