@@ -31,25 +31,30 @@ def compact_labels(labels):
 
 
 @jit
-def group_shape(Z, labels, n_groups):
-    """Per group: ``(centroids, radius, sizes)``, the radius being the RMS distance to the centroid."""
-    n, d = Z.shape
+def group_shape(Z, labels, n_groups, at=None):
+    """Per group: ``(centroids, radius, sizes)``, the radius being the RMS distance to the centroid.
+
+    ``at``: row ``i`` (label ``labels[i]``) is ``Z[at[i]]``, the rows summed in ``i``'s order (the
+    shape of rows stored in another order, bit for bit as if they were stored in this one)."""
+    n, d = labels.shape[0], Z.shape[1]
     centroids = np.zeros((n_groups, d))
     sizes = np.zeros(n_groups, dtype=np.int64)
     for i in range(n):
         g = labels[i]
+        r = i if at is None else at[i]
         sizes[g] += 1
         for j in range(d):
-            centroids[g, j] += Z[i, j]
+            centroids[g, j] += Z[r, j]
     for g in range(n_groups):
         for j in range(d):
             centroids[g, j] /= sizes[g]
     spread = np.zeros(n_groups)
     for i in range(n):
         g = labels[i]
+        r = i if at is None else at[i]
         s = 0.0
         for j in range(d):
-            t = Z[i, j] - centroids[g, j]
+            t = Z[r, j] - centroids[g, j]
             s += t * t
         spread[g] += s
     radius = np.empty(n_groups)

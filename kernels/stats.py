@@ -19,16 +19,20 @@ from ._jit import jit
 
 
 @jit
-def standardize(X, mean, std):
-    """Z-scores ``(x - mean) / std``; a column with ``std == 0`` becomes all zeros."""
+def standardize(X, mean, std, rows=None):
+    """Z-scores ``(x - mean) / std``; a column with ``std == 0`` becomes all zeros. ``rows``: the
+    z-scores of the rows ``X[rows]`` only, in that order (one pass, no copy of ``X[rows]`` first)."""
     n, d = X.shape
+    if rows is not None:
+        n = rows.shape[0]
     scale = np.empty(d)
     for j in range(d):
         scale[j] = std[j] if std[j] > 0.0 else np.inf  # x / inf == 0: no branch in the loop below
     Z = np.empty((n, d))
     for i in range(n):
+        r = i if rows is None else rows[i]
         for j in range(d):
-            Z[i, j] = (X[i, j] - mean[j]) / scale[j]
+            Z[i, j] = (X[r, j] - mean[j]) / scale[j]
     return Z
 
 

@@ -56,8 +56,8 @@ def blocked_partition(Z, k, solver, settings, plan=Blocking(), threads=None, str
         if not len(rows):
             return rows, None
         tree, local, leaf_offset, tag_offset = forest.local_task(task)
-        labels, plane, gain, _ = stitch.solve_task(np.ascontiguousarray(Z[rows]), leaf[rows] - leaf_offset, tree,
-                                                   local, k, solver, settings, tag_offset)
+        labels, plane, gain, _ = stitch.solve_task(Z, leaf[rows] - leaf_offset, tree, local, k, solver, settings,
+                                                   tag_offset, rows)
         plane = np.where(plane < 0, -1, plane + forest.upper_offset[forest.task_stratum[task]])
         return rows, (labels, plane, gain)
 

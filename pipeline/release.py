@@ -469,10 +469,10 @@ def _task_labels(job, task, rows):
     """``(labels, plane, gain, picks)`` of one task's rows (:func:`pipeline.stitch.solve_task`), the
     planes release-wide."""
     forest, options = job.forest, job.options
-    Z = kernels.standardize(rows.values, job.mean, job.std)
     tree, local, leaf_offset, tag_offset = forest.local_task(task)
-    labels, plane, gain, picks = stitch.solve_task(Z, rows.leaf - leaf_offset, tree, local, options.k,
-                                                   solver_of(options), stitch.STITCHING[options.stitch], tag_offset)
+    labels, plane, gain, picks = stitch.solve_task(rows.values, rows.leaf - leaf_offset, tree, local, options.k,
+                                                   solver_of(options), stitch.STITCHING[options.stitch], tag_offset,
+                                                   scale=(job.mean, job.std))
     return labels, np.where(plane < 0, -1, plane + forest.upper_offset[forest.task_stratum[task]]), gain, picks
 
 

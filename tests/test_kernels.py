@@ -725,3 +725,69 @@ def test_the_blocked_solve_calls_its_kernels_without_the_dispatchers_compile_pat
         microagg.partition(Z[:600], 3, **options)
     assert info["blocks"] >= 40 and fallbacks == []
     np.testing.assert_array_equal(again, first)
+
+
+# --- a task's rows copied once: standardized as gathered, group shapes read where the rows are ------
+
+
+@FAST
+@given(data=st.data())
+def test_the_standardized_rows_and_group_shapes_of_rows_in_another_order_are_bit_for_bit_the_gathered_ones(data):
+    # a task's rows are standardized as they are gathered in its order, and its groups' shapes read
+    # the rows where they are (kernels.standardize's rows, groups.group_shape's at): the same bits as
+    # from the copy in that order, which the pipeline made before
+    X = data.draw(float_matrix(1, 40))
+    n, d = X.shape
+    if data.draw(st.booleans()):
+        X[data.draw(st.integers(0, n - 1)), data.draw(st.integers(0, d - 1))] = np.nan  # a missing cell
+    rows = np.asarray(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=60)), dtype=np.int64)
+    mean = np.asarray(data.draw(st.lists(st.floats(-1e3, 1e3), min_size=d, max_size=d)))
+    std = np.asarray(data.draw(st.lists(st.sampled_from([0.0, 0.3, 1.5, 1e3]), min_size=d, max_size=d)))  # 0: zeros
+    gathered = np.ascontiguousarray(X[rows])
+    np.testing.assert_array_equal(kernels.standardize(X, mean, std, rows), kernels.standardize(gathered, mean, std))
+    Z = np.nan_to_num(X)
+    labels = np.asarray(data.draw(st.lists(st.integers(0, 3), min_size=len(rows), max_size=len(rows))),
+                        dtype=np.int64)
+    labels, g = groups.compact_labels(labels)
+    for at_rows, plain in zip(groups.group_shape(Z, labels, g, rows),
+                              groups.group_shape(np.ascontiguousarray(Z[rows]), labels, g)):
+        np.testing.assert_array_equal(at_rows, plain)
+
+
+def test_a_task_solved_from_its_raw_rows_where_they_are_equals_the_task_solved_from_a_standardized_copy():
+    # the release's tasks pass their raw rows and (mean, std), the in-memory blocked solve its rows'
+    # positions: the task's rows are copied once, standardized on the way; the labels, each row's
+    # upper plane and the gain are those of the standardized copy, with missing cells too
+    from microagg.pipeline import blocked, blocking, stitch
+    from microagg.pipeline.solver import Solver
+
+    rng = np.random.default_rng(5)
+    n = 6_000
+    X = rng.lognormal(size=(n, 4)) * [1.0, 10.0, 100.0, 1000.0]
+    X[rng.integers(0, n, 40), rng.integers(0, 4, 40)] = np.nan
+    mean, std = np.nanmean(X, axis=0), np.nanstd(X, axis=0)
+    Z = kernels.standardize(X, mean, std)
+    plan = blocked.Blocking(block_size=300, blocks_per_task=4)
+    filled = np.nan_to_num(Z)
+    forest = blocking.build_forest(filled, None, 1, 1.0, plan.block_size, plan.blocks_per_task * plan.block_size, 5,
+                                   plan.order, plan.one_block_rows)
+    leaf = forest.route(filled)
+    settings = stitch.STITCHING["light"]
+    solver = Solver.build("mdav")
+    tasks = 0
+    for task in range(forest.n_tasks):
+        rows = np.flatnonzero(forest.leaf_task[leaf] == task)
+        tree, local, leaf_offset, tag_offset = forest.local_task(task)
+        if not len(rows) or not tree.task_ancestors[local]:
+            continue
+        args = (leaf[rows] - leaf_offset, tree, local, 5, solver, settings, tag_offset)
+        copied = stitch.solve_task(np.ascontiguousarray(Z[rows]), *args)
+        raw = stitch.solve_task(np.ascontiguousarray(X[rows]), *args, scale=(mean, std))
+        where = stitch.solve_task(Z, *args, rows=rows)
+        for other in (raw, where):
+            np.testing.assert_array_equal(other[0], copied[0])
+            np.testing.assert_array_equal(other[1], copied[1])
+            assert other[2] == copied[2]
+        tasks += 1
+        assert (copied[1] >= 0).any() and np.isnan(X[rows]).any()
+    assert tasks >= 4
