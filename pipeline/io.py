@@ -636,9 +636,6 @@ class ExactIntegersEngine(ArrowDatasetEngine):
         exact = [c for c in options.pop(EXACT_INTEGERS, ()) if c in arrow_table.column_names]
         floats = [c for c in options.pop(EXACT_FLOATS, ()) if c in arrow_table.column_names]
         plain = [c for c in options.pop(PLAIN, ()) if c in arrow_table.column_names]
-        # one block per column: a column without nulls becomes a view of the Arrow buffer it was read
-        # into, not a copy consolidated with the others (the 10M extract's read: half the time; BENCHMARKS.md)
-        options.setdefault("split_blocks", True)
         kwargs["arrow_to_pandas"] = options
         if plain:  # dictionary-encoded in this file, plain in another: read as the plain files are
             arrow_table = _decoded(arrow_table, plain)

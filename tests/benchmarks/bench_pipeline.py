@@ -19,7 +19,6 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py quotes --rows 1000000 --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py ties --rows 1000000 --methods mdav,auto --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py tree --rows 10M,100M
-    .venv/bin/python tests/benchmarks/bench_pipeline.py read --rows 10000000 [--repeat 3]
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -99,13 +98,6 @@ the same values) and the IL.
 no income in tax data), ``microagg anonymize`` with each of ``--methods`` on each, alternated
 ``--runs`` times: seconds, the stages, the ratio of the zeros' best to the extract's, the largest
 leaf of the split tree (the zeros' one the sample cannot split) and the IL.
-
-``read``: the extract read into memory as the job's statistics pass reads it (Dask's Parquet reader
-with microagg's engine, every partition converted to pandas, threaded scheduler, 2 threads), each
-partition's Arrow table converted to one pandas block per column (the engine's default: a column
-without nulls is a view of its Arrow buffer) and consolidated into 2-D blocks (pandas' and Dask's
-default), each in a fresh interpreter (as the job's read is), alternated ``--repeat`` times: seconds,
-process CPU seconds and the ratio to the consolidated read.
 
 ``small``: ``light`` before and after its block sweeps (bands 0.5 / 0.25 without sweeps, and the
 preset now) on small inputs forced into blocks: the CASC census and EIA files and extracts of 20k
@@ -1209,44 +1201,6 @@ def zeros(args):
               f"| {best[name] / best['plain']:.3f}x |")
 
 
-READ_ONCE = """
-import json, sys, time
-import dask, dask.dataframe as dd
-from microagg.pipeline import io
-ddf = dd.read_parquet(sys.argv[1], index=False, engine=io.ExactIntegersEngine, arrow_to_pandas=json.loads(sys.argv[2]))
-started, process = time.perf_counter(), time.process_time()
-with dask.config.set(scheduler="threads", num_workers=2):
-    frames = dask.compute(*ddf.to_delayed())  # every partition in memory at once, as the job keeps them
-print(json.dumps([time.perf_counter() - started, time.process_time() - process, sum(len(f) for f in frames)]))
-"""
-
-
-def read(args):
-    """The extract read into memory with one pandas block per column and consolidated, each read in a
-    fresh interpreter as the job's is (module docstring)."""
-    root = Path(args.data or tempfile.gettempdir()) / "microagg-bench"
-    path = make_extract(args.rows, root)
-    print(f"{args.rows:,} rows x 16 columns at {path}; every partition read and converted on the threaded "
-          "scheduler, 2 threads, in a fresh interpreter each time, alternately\n")
-    ways = {"consolidated": {"split_blocks": False}, "one block per column": {}}
-    seconds = {name: [] for name in ways}
-    cpu = {name: [] for name in ways}
-    for _ in range(args.repeat):
-        for name, options in ways.items():
-            out = subprocess.run([sys.executable, "-c", READ_ONCE, str(path), json.dumps(options)], check=True,
-                                 capture_output=True, text=True).stdout
-            wall, process, rows = json.loads(out.splitlines()[-1])
-            assert rows == args.rows
-            seconds[name].append(wall)
-            cpu[name].append(process)
-    base = min(seconds["consolidated"])
-    print("| conversion | runs s | best s | best CPU s | vs consolidated |")
-    print("| --- | --- | ---: | ---: | ---: |")
-    for name in ways:
-        print(f"| {name} | {', '.join(f'{s:.2f}' for s in seconds[name])} | {min(seconds[name]):.2f} "
-              f"| {min(cpu[name]):.2f} | {min(seconds[name]) / base:.3f}x |")
-
-
 def ties(args):
     """The extract against the same rows with 90 % of the records all zeros (module docstring)."""
     from microagg.jobs.cluster import local_shape
@@ -1272,7 +1226,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
                                          "evaluate", "quality", "floors", "small", "cpu", "files", "csv", "quotes",
-                                         "ties", "tree", "zeros", "read"))
+                                         "ties", "tree", "zeros"))
     parser.add_argument("--dld-records", type=int, default=None,
                         help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -1315,7 +1269,7 @@ def main():
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
      "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality,
      "floors": floors, "small": small, "cpu": cpu, "files": files, "csv": csv_types, "quotes": quotes,
-     "ties": ties, "tree": tree, "zeros": zeros, "read": read}[args.mode](args)
+     "ties": ties, "tree": tree, "zeros": zeros}[args.mode](args)
 
 
 if __name__ == "__main__":
