@@ -359,6 +359,52 @@ def test_refine_to_convergence_with_lists_brought_up_to_date_gives_the_groups_of
         assert np.array_equal(fast, slow)
 
 
+def _memory_case(seed):
+    """A small local-search input (rows, start labels, k, neighbour groups) of one of four shapes."""
+    rng = np.random.default_rng(seed)
+    k, d = int(rng.integers(2, 5)), int(rng.integers(1, 4))
+    shape = seed % 4
+    if shape == 0:  # values on a coarse grid of one decimal: ties
+        X = np.round(rng.normal(size=(int(rng.integers(30, 150)), d)), 1)
+    elif shape == 1:  # clusters of k + 1 records
+        centres = rng.normal(size=(int(rng.integers(5, 30)), d)) * 3
+        X = np.repeat(centres, k + 1, axis=0) + rng.normal(size=(len(centres) * (k + 1), d)) * 0.3
+    elif shape == 2:  # small integers
+        X = rng.integers(0, 6, size=(int(rng.integers(30, 150)), d)).astype(float)
+    else:
+        X = rng.exponential(size=(int(rng.integers(30, 150)), d))
+    n = len(X)
+    if rng.integers(0, 3) == 0:
+        labels = np.asarray(microagg.partition(X, k, standardized=True), dtype=np.int64)
+    else:  # random groups of k records (the last up to 2k - 1)
+        labels = np.empty(n, dtype=np.int64)
+        labels[rng.permutation(n)] = np.minimum(np.arange(n) // k, n // k - 1)
+    return X, labels, k, int(rng.integers(2, 7))
+
+
+def test_refine_skips_only_evaluations_that_would_find_nothing_again(monkeypatch):
+    """The local search remembers the pairs and the dissolutions it evaluated without effect, with the
+    versions of the groups (and, for a dissolution, the neighbours) they depended on, and skips them
+    while those are unchanged. Its groups equal those of the same search evaluating everything every
+    time (the kernel's Python source, run with both memories forgetting all): 200 small inputs to
+    convergence. A memory that ignored its neighbours' versions, or which groups its neighbours were,
+    or either group of a pair, skipped evaluations that would have changed the groups, and gave other
+    groups in some of them."""
+    import importlib
+
+    module = importlib.import_module("microagg.kernels.refine")
+    for seed in range(200):
+        X, labels, k, neighbors = _memory_case(seed)
+        remembered = labels.copy()
+        changes = kernels.refine(X, remembered, k, 2 * k - 1, neighbors, 20, module.TOL, False)
+        with monkeypatch.context() as patch:
+            patch.setattr(module, "_idle", lambda *args: False)
+            patch.setattr(module, "_dissolve_idle", lambda *args: False)
+            everything = labels.copy()
+            assert module.refine.py_func(X, everything, k, 2 * k - 1, neighbors, 20, module.TOL, False) == changes
+        np.testing.assert_array_equal(remembered, everything)
+
+
 def test_refine_improves_mdav_on_census(census):
     Z, _, _ = microagg.standardize(census.to_numpy(dtype=float))
     labels = kernels.mdav(Z, 3)
