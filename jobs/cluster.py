@@ -229,6 +229,7 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
                 dashboard_address=":0",  # a free port: never the 8787 of another Dask on the host
                 silence_logs=logging.DEBUG if log.isEnabledFor(logging.DEBUG) else logging.ERROR,
             )
+        closing = contextlib.ExitStack()
         try:
             with one_blas_thread() if not processes else contextlib.nullcontext(), Client(cluster) as client:
                 if not log.isEnabledFor(logging.DEBUG):
@@ -238,8 +239,11 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
                 finally:
                     if processes:
                         _quiet_workers(client)
+                    elif not log.isEnabledFor(logging.DEBUG):
+                        closing.enter_context(_no_heartbeat_failures())
         finally:
-            cluster.close()
+            with closing:
+                cluster.close()
         return
     log.info("connecting to the Dask scheduler at %s", scheduler)
     try:
@@ -418,6 +422,29 @@ def _drop_task_failures():
     logger = logging.getLogger("distributed.worker")
     if not any(isinstance(f, _NoTaskFailures) for f in logger.filters):
         logger.addFilter(_NoTaskFailures())
+
+
+class _NoHeartbeatFailures(logging.Filter):
+    """Drops a worker's "Failed to communicate with scheduler during heartbeat" record (an ERROR with a
+    traceback): logged when a heartbeat crosses the embedded scheduler's closing."""
+
+    def filter(self, record):
+        return not str(record.msg).startswith("Failed to communicate with scheduler during heartbeat")
+
+
+@contextmanager
+def _no_heartbeat_failures():
+    """While the embedded cluster of in-process workers closes (the job's outcome known): a worker's
+    heartbeat that crosses the scheduler's closing is not logged as an ERROR with a traceback (seen in
+    a failed job's stderr under load, after its one paragraph of error; worker processes are
+    silenced by :func:`_quiet_workers`)."""
+    logger = logging.getLogger("distributed.worker")
+    quiet = _NoHeartbeatFailures()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _silence_distributed():

@@ -190,6 +190,35 @@ def test_the_embedded_process_cluster_silences_its_workers_before_shutting_them_
     assert set(levels[0].values()) == {logging.CRITICAL + 1}
 
 
+def test_a_heartbeat_failure_while_the_embedded_thread_cluster_closes_is_not_logged(monkeypatch, caplog):
+    """A worker thread's heartbeat that crosses the embedded scheduler's closing logs an ERROR and a
+    traceback ("Failed to communicate with scheduler during heartbeat"), seen under load in a failed
+    job's stderr after its one paragraph of error: it is dropped while the cluster closes, and only
+    then (during the job, or after, such a record is logged)."""
+    import logging
+
+    from distributed import LocalCluster
+
+    from microagg.jobs import cluster
+
+    message = "Failed to communicate with scheduler during heartbeat."
+    worker_log = logging.getLogger("distributed.worker")
+    real_close = LocalCluster.close
+
+    def close(self, *args, **kwargs):
+        worker_log.error(message, exc_info=ConnectionError("the scheduler closed"))  # the race, forced
+        return real_close(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalCluster, "close", close)
+    with caplog.at_level(logging.ERROR, logger="distributed.worker"):
+        with cluster.dask_client(workers=1, threads_per_worker=1, processes=False) as client:
+            assert client.submit(sum, [1, 2]).result() == 3
+            worker_log.error(message)  # during the job: logged
+        assert [r.getMessage() for r in caplog.records if r.name == "distributed.worker"] == [message]
+        worker_log.error(message)  # after: logged again
+    assert [r.getMessage() for r in caplog.records if r.name == "distributed.worker"] == [message, message]
+
+
 def test_the_embedded_process_cluster_starts_its_workers_with_the_allocator_settings(monkeypatch):
     """Dask's nanny would start them with a 64 KiB trim threshold (every large array then page-faulted
     afresh); a variable the user set wins."""
