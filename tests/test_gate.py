@@ -93,3 +93,36 @@ def test_summary_sums_equal_numpys_over_missing_cells_and_a_constant_column():
     complete = np.isfinite(X).all(axis=1) & np.isfinite(table[labels]).all(axis=1)
     assert summary["data"]["moments"]["n"] == complete.sum() < n
     assert (summary["data"]["counts_x"] == histogram.bin_counts(X, edges, np.ones(n, dtype=np.int64))).all()
+
+
+def test_the_reported_covariance_is_numpys_over_the_complete_rows_whatever_the_blocks_of_rows(monkeypatch):
+    """The statistics pass centres each partition's rows a block at a time (one buffer reused, not a
+    centred copy of the partition): the population covariance of the complete rows, as NumPy's, for
+    partitions of fewer rows than a block, of several blocks and of a block and a remainder, with
+    rows holding a NaN or an infinity left out; and the released values' co-moments (a transposed
+    view of an output file's columns) likewise."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    from microagg.pipeline import release
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(1_000, 3)) * [1.0, 50.0, 1e4] + [0.0, -3.0, 7e5]
+    X[[5, 500, 999], [0, 1, 2]] = np.nan
+    complete = X[np.isfinite(X).all(axis=1)]
+    expected = np.cov(complete, rowvar=False, ddof=0)
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    for block in (16_384, 64, 7):
+        monkeypatch.setattr(release, "COMOMENT_ROWS", block)
+        for partitions in (1, 3):
+            stats = release.column_statistics(dd.from_pandas(frame, npartitions=partitions), ["a", "b", "c"],
+                                              missing="centroid")
+            np.testing.assert_allclose(stats[4], expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+            assert stats[9] == len(complete)
+        columns = np.ascontiguousarray(complete.T)  # an output file's values, column by column
+        n, mean, products = release._comoments(columns.T)
+        assert n == len(complete)
+        np.testing.assert_allclose(mean, complete.mean(axis=0), rtol=1e-14)
+        np.testing.assert_allclose(products / n, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+    n, mean, products = release._comoments(np.empty((0, 3)))
+    assert n == 0 and not mean.any() and not products.any()
