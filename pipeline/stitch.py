@@ -347,6 +347,7 @@ def solve_task(Z, leaf, tree, task, k, solver, settings, tag_offset=0, rows=None
     """
     order, bounds = task_order(leaf, tree, task)
     at = order if rows is None else np.ascontiguousarray(rows)[order]
+    # standardized rows are gathered as they are: (z - 0) / 1 is z, bit for bit (NaN and -0.0 too)
     mean, std = scale if scale is not None else (np.zeros(Z.shape[1]), np.ones(Z.shape[1]))
     run = _TaskSolver(kernels.standardize(np.ascontiguousarray(Z), mean, std, at), bounds, tree, k, solver,
                       settings, tag_offset)
