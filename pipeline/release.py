@@ -259,12 +259,18 @@ def _comoments(A):
         return 0, np.zeros(d), np.zeros((d, d))
     with np.errstate(over="ignore", invalid="ignore"):  # values too large to square: refused by check_finite
         mean = A.mean(axis=0)
-        buffer = np.empty((min(n, COMOMENT_ROWS), d))
-        products = np.zeros((d, d))
-        for start in range(0, n, COMOMENT_ROWS):
-            C = np.subtract(A[start:start + COMOMENT_ROWS], mean, out=buffer[:min(COMOMENT_ROWS, n - start)])
-            products += C.T @ C
-        return n, mean, products
+        return n, mean, _centred_products(A, mean)
+
+
+def _centred_products(A, mean):
+    """``(A - mean).T @ (A - mean)``, the rows centred :data:`COMOMENT_ROWS` at a time in one buffer."""
+    n, d = A.shape
+    buffer = np.empty((min(n, COMOMENT_ROWS), d))
+    products = np.zeros((d, d))
+    for start in range(0, n, COMOMENT_ROWS):
+        C = np.subtract(A[start:start + COMOMENT_ROWS], mean, out=buffer[:min(COMOMENT_ROWS, n - start)])
+        products += C.T @ C
+    return products
 
 
 def _merge_comoments(parts):
@@ -932,10 +938,9 @@ def _piece_moments(X, table, sizes, sq_diff, col_sum):
     group); ``sq_diff`` and the column sums ``col_sum`` as the rows' one pass found them."""
     n = len(X)
     mean_x = col_sum / n
-    C = X - mean_x
     mean_m = (sizes @ table) / n
     T = table - mean_m
-    return {"n": n, "mean_x": mean_x, "mean_m": mean_m, "comoment_x": C.T @ C,
+    return {"n": n, "mean_x": mean_x, "mean_m": mean_m, "comoment_x": _centred_products(X, mean_x),
             "comoment_m": (T * sizes[:, None]).T @ T, "sq_diff": sq_diff}
 
 

@@ -61,9 +61,9 @@ def test_negative_zero_and_nans_of_any_payload_are_one_tuple():
     assert tuple_counts(table, np.array([2, 3, 5, 4])).tolist() == [10, 10, 10, 4]
 
 
-def test_summary_sums_equal_numpys_over_missing_cells_and_a_constant_column():
+def test_summary_sums_equal_numpys_over_missing_cells_and_a_constant_column(monkeypatch):
     from microagg.kernels import histogram
-    from microagg.pipeline import metrics
+    from microagg.pipeline import metrics, release
 
     rng = np.random.default_rng(7)
     n, g = 400, 60
@@ -76,13 +76,16 @@ def test_summary_sums_equal_numpys_over_missing_cells_and_a_constant_column():
     edges[2] = np.linspace(1.0, 3.0, 9)
     job = SimpleNamespace(options=ReleaseOptions(k=2), std=std, qi=("a", "b", "c"), edges=edges, first_column=0)
     rows = Rows(row_id=np.arange(n), leaf=np.zeros(n, np.int64), values=X)
-    summary = summarize(rows, labels, table, job, 0.0)
     scale = np.where(std > 0, std, np.inf)
-    assert np.isclose(summary["sse"], np.nansum(((X - table[labels]) / scale) ** 2), rtol=1e-12, atol=0)
-    data, expected = summary["data"], metrics.moments(X, table[labels])
-    assert (data["counts_x"] == histogram.bin_counts(X, edges, np.ones(n, dtype=np.int64))).all()
-    for key in ("mean_x", "mean_m", "comoment_x", "comoment_m", "sq_diff"):
-        assert np.allclose(data["moments"][key], expected[key], rtol=1e-12, atol=1e-9), key
+    expected = metrics.moments(X, table[labels])
+    for block in (release.COMOMENT_ROWS, 64, 7):  # the original's rows centred a block at a time
+        monkeypatch.setattr(release, "COMOMENT_ROWS", block)
+        summary = summarize(rows, labels, table, job, 0.0)
+        assert np.isclose(summary["sse"], np.nansum(((X - table[labels]) / scale) ** 2), rtol=1e-12, atol=0)
+        data = summary["data"]
+        assert (data["counts_x"] == histogram.bin_counts(X, edges, np.ones(n, dtype=np.int64))).all()
+        for key in ("mean_x", "mean_m", "comoment_x", "comoment_m", "sq_diff"):
+            assert np.allclose(data["moments"][key], expected[key], rtol=1e-12, atol=1e-9), key
     # missing cells (the centroid option): left out of the SSE, and the moments are the complete rows'
     X[[3, 50], [0, 1]] = np.nan
     table[labels[3], 0] = np.nan
