@@ -12,7 +12,9 @@ Stages (each timed in the report):
    solves every block (rows in row-id order) and the groups are stitched across every split plane
    inside the task (:mod:`pipeline.stitch`); the groups near the split planes between tasks travel
    to one task per plane and are stitched there, in parallel. Rows travel as NumPy arrays
-   (:class:`Rows`) in an explicit task graph: no DataFrame shuffle, nothing sorted but row ids;
+   (:class:`Rows`) in an explicit task graph: no DataFrame shuffle, nothing sorted but row ids (in one
+   process with memory to spare, each task reads its pieces from the whole outputs of the tasks before
+   it: :func:`_shares_outputs`);
 4. gate: every released piece (:class:`Released`: one tuple per group and each row's group) carries
    its evidence: rows, group sizes and how often each released tuple occurs; every group lies inside
    one piece, so a release whose pieces all pass is k-anonymous, and one that fails is never
@@ -573,16 +575,58 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
     columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
     layer = graph.Layer("microagg-blocks")
     routed = [layer.task(("route", i), _route, part, job) for i, part in enumerate(frame[columns].to_delayed())]
-    inbound = layer.exchange("rows", routed, tree.n_packs, partial(_concat, width=len(qi)), rows=n_rows)
-    packs = [layer.task(("solve", p), _solve_pack, job, p, *inbound[p]) for p in range(tree.n_packs)]
+    shared = _shares_outputs(n_rows, len(qi))
+    if shared:
+        packs = [layer.task(("solve", p), _solve_pack_from, job, p, *routed) for p in range(tree.n_packs)]
+    else:
+        inbound = layer.exchange("rows", routed, tree.n_packs, partial(_concat, width=len(qi)), rows=n_rows)
+        packs = [layer.task(("solve", p), _solve_pack, job, p, *inbound[p]) for p in range(tree.n_packs)]
     released = [layer.item(p, 0) for p in packs]
     if tree.n_upper:
-        pieces = [[] for _ in range(tree.n_upper)]
+        below = [[] for _ in range(tree.n_upper)]  # (pack, slot of its output) per upper plane
         for t, pack in enumerate(tree.task_pack):  # a task below an upper plane has a pack of its own
             for slot, position in enumerate(tree.task_ancestors[t]):
-                pieces[position].append(layer.item(packs[pack], 1 + slot))
-        released += [layer.task(("upper", p), _stitch_upper, job, p, *pieces[p]) for p in range(tree.n_upper)]
+                below[position].append((packs[pack], 1 + slot))
+        if shared:
+            released += [layer.task(("upper", p), _stitch_upper_from, job, p, tuple(s for _, s in below[p]),
+                                    *[pack for pack, _ in below[p]]) for p in range(tree.n_upper)]
+        else:
+            released += [layer.task(("upper", p), _stitch_upper, job, p,
+                                    *[layer.item(pack, slot) for pack, slot in below[p]]) for p in range(tree.n_upper)]
     return layer.delayed(released), tree
+
+
+SHARED_OUTPUTS_BYTES = 40
+"""Worker memory per input cell (row x QI column) from which :func:`_shares_outputs` lets the upper planes'
+tasks read the block tasks' whole outputs: about four times a row's arrays in transit (its QI values, row id, leaf
+and group: 10 bytes a cell at 13 QIs), since a whole output is counted, and spilled, with its released piece in it.
+The default local cluster at 10M rows x 13 QIs needs 5.2 GB; a worker of 1.5 GiB shares them up to 3M rows."""
+
+
+def _shares_outputs(n_rows, width):
+    """Whether an upper plane's task may take its pieces from the whole outputs of the block tasks below it
+    instead of through one task per piece: when every task runs in this one process (nothing travels) and its
+    memory is roomy for the rows (no limit, or at least :data:`SHARED_OUTPUTS_BYTES` per cell). At 10M rows on 2
+    cores the 2,304 piece tasks (1,280 routed pieces, 1,024 pieces of the block tasks' outputs) each left a
+    thread idle 1.3-1.7 ms before it: about 3.5 s of the threads' time, 1.7 s of the job's (BENCHMARKS.md,
+    forty-second session)."""
+    if not _one_process():
+        return False
+    client = _client()
+    limits = [] if client is None else [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    return all(not limit or limit >= SHARED_OUTPUTS_BYTES * n_rows * max(width, 1) for limit in limits)
+
+
+def _solve_pack_from(job, pack, *routed):
+    """:func:`_solve_pack` over its pieces ``routed[i][pack]`` (whole outputs of the routing tasks, in one
+    process: :func:`_shares_outputs`)."""
+    return _solve_pack(job, pack, *[out[pack] for out in routed])
+
+
+def _stitch_upper_from(job, position, slots, *outputs):
+    """:func:`_stitch_upper` over the pieces ``outputs[i][slots[i]]`` (whole outputs of the block tasks
+    below the plane, in one process: :func:`_shares_outputs`)."""
+    return _stitch_upper(job, position, *[out[slot] for out, slot in zip(outputs, slots)])
 
 
 class _Shape(NamedTuple):

@@ -751,6 +751,44 @@ def test_an_input_too_large_to_keep_is_read_in_every_pass_with_the_same_release(
     assert kept == {measured: True, 10**9: False}
 
 
+def test_tasks_in_one_roomy_process_read_whole_outputs_with_the_same_release(tmp_path, data, monkeypatch):
+    """In one process with memory to spare, each block task takes its rows from the routing tasks' whole
+    outputs, and each upper plane's task its pieces from the block tasks' (no task per piece: at 10M rows
+    each left a core idle about 1.7 ms, BENCHMARKS.md); with too little memory for that, a task per
+    piece as on a cluster of several workers. The same release either way, and as two workers'."""
+    from distributed import Client, LocalCluster
+
+    from microagg.pipeline import release
+
+    root, _ = data
+    reference = _files(_run(tmp_path, "two-workers", root / "four", "--k", 4, *BLOCKED, "--workers", 2))
+    options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500,
+                                     blocks_per_task=4)
+    pieces = {}  # per memory setting: the graph's tasks that take one piece of a routing or block task's output
+    solve_blocks = release.solve_blocks
+
+    def counted(*args, **kwargs):
+        released, forest = solve_blocks(*args, **kwargs)
+        keys = released[0].dask.layers[released[0].key[0]].keys()
+        pieces[per_cell] = (sum(len(key) == 4 and key[1] == "route" for key in keys),
+                            sum(len(key) == 4 and key[1] == "solve" and key[3] > 0 for key in keys))
+        return released, forest
+
+    monkeypatch.setattr(release, "solve_blocks", counted)
+    roomy = release.SHARED_OUTPUTS_BYTES
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster):
+        for per_cell in (roomy, 10**12):  # 10**12: "more than the worker's memory"
+            monkeypatch.setattr(release, "SHARED_OUTPUTS_BYTES", per_cell)
+            out = tmp_path / f"bytes-{per_cell}"
+            report = release.run(str(root / "four"), str(out), options)
+            assert _files(out) == reference
+    assert report["upper_planes"] > 0
+    assert pieces[roomy] == (0, 0)
+    assert pieces[10**12][0] == 4 * report["tasks"]  # four input files, a piece of each for every block task
+    assert pieces[10**12][1] > 0
+
+
 def test_a_large_parquet_file_is_read_in_partitions_of_whole_row_groups(tmp_path, data, monkeypatch, caplog):
     """A single file larger than io.PARQUET_BLOCKSIZE is read a few row groups per partition (so no
     task holds the whole file), with the same release; a row group beyond io.LARGE_ROW_GROUP rows,
