@@ -730,25 +730,35 @@ def test_an_input_of_fewer_rows_than_partitions(tmp_path):
     np.testing.assert_allclose(released[["a", "b"]].to_numpy(), [[7 / 3, 2.0]] * 3)
 
 
-def test_an_input_too_large_to_keep_is_read_in_every_pass_with_the_same_release(tmp_path, data, monkeypatch):
+def _released_with(tmp_path, source, monkeypatch, name, values, workers, threads):
+    """``{value: (report, files)}``: ``release.run`` with the blocked options on a LocalCluster of ``workers``
+    x ``threads`` (threads of this process), once with each of ``values`` as ``release.<name>``."""
     from distributed import Client, LocalCluster
 
     from microagg.pipeline import release
 
-    root, _ = data
-    reference = _files(_run(tmp_path, "sync", root / "four", "--k", 4, *BLOCKED, "--scheduler", "synchronous"))
     options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500,
                                      blocks_per_task=4)
-    kept, measured = {}, release.INPUT_EXPANSION
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster):
-        for expansion in (measured, 10**9):  # 10**9: "larger than the workers' memory"
-            monkeypatch.setattr(release, "INPUT_EXPANSION", expansion)
-            out = tmp_path / f"expansion-{expansion}"
-            report = release.run(str(root / "four"), str(out), options)
-            kept[expansion] = report["input_kept_in_memory"]
-            assert _files(out) == reference
-    assert kept == {measured: True, 10**9: False}
+    runs = {}
+    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=False, dashboard_address=None) as \
+            cluster, Client(cluster):
+        for value in values:
+            monkeypatch.setattr(release, name, value)
+            out = tmp_path / f"{name}-{value}"
+            runs[value] = release.run(str(source), str(out), options), _files(out)
+    return runs
+
+
+def test_an_input_too_large_to_keep_is_read_in_every_pass_with_the_same_release(tmp_path, data, monkeypatch):
+    from microagg.pipeline import release
+
+    root, _ = data
+    reference = _files(_run(tmp_path, "sync", root / "four", "--k", 4, *BLOCKED, "--scheduler", "synchronous"))
+    measured = release.INPUT_EXPANSION  # 10**9 below: "larger than the workers' memory"
+    runs = _released_with(tmp_path, root / "four", monkeypatch, "INPUT_EXPANSION", (measured, 10**9), 2, 1)
+    assert all(files == reference for _, files in runs.values())
+    assert {value: report["input_kept_in_memory"] for value, (report, _) in runs.items()} == {measured: True,
+                                                                                            10**9: False}
 
 
 def test_tasks_in_one_roomy_process_read_whole_outputs_with_the_same_release(tmp_path, data, monkeypatch):
@@ -756,33 +766,25 @@ def test_tasks_in_one_roomy_process_read_whole_outputs_with_the_same_release(tmp
     outputs, and each upper plane's task its pieces from the block tasks' (no task per piece: at 10M rows
     each left a core idle about 1.7 ms, BENCHMARKS.md); with too little memory for that, a task per
     piece as on a cluster of several workers. The same release either way, and as two workers'."""
-    from distributed import Client, LocalCluster
-
     from microagg.pipeline import release
 
     root, _ = data
     reference = _files(_run(tmp_path, "two-workers", root / "four", "--k", 4, *BLOCKED, "--workers", 2))
-    options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500,
-                                     blocks_per_task=4)
     pieces = {}  # per memory setting: the graph's tasks that take one piece of a routing or block task's output
     solve_blocks = release.solve_blocks
 
     def counted(*args, **kwargs):
         released, forest = solve_blocks(*args, **kwargs)
         keys = released[0].dask.layers[released[0].key[0]].keys()
-        pieces[per_cell] = (sum(len(key) == 4 and key[1] == "route" for key in keys),
-                            sum(len(key) == 4 and key[1] == "solve" and key[3] > 0 for key in keys))
+        pieces[release.SHARED_OUTPUTS_BYTES] = (sum(len(key) == 4 and key[1] == "route" for key in keys),
+                                                sum(len(key) == 4 and key[1] == "solve" and key[3] > 0 for key in keys))
         return released, forest
 
     monkeypatch.setattr(release, "solve_blocks", counted)
-    roomy = release.SHARED_OUTPUTS_BYTES
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster):
-        for per_cell in (roomy, 10**12):  # 10**12: "more than the worker's memory"
-            monkeypatch.setattr(release, "SHARED_OUTPUTS_BYTES", per_cell)
-            out = tmp_path / f"bytes-{per_cell}"
-            report = release.run(str(root / "four"), str(out), options)
-            assert _files(out) == reference
+    roomy = release.SHARED_OUTPUTS_BYTES  # 10**12 below: "more than the worker's memory"
+    runs = _released_with(tmp_path, root / "four", monkeypatch, "SHARED_OUTPUTS_BYTES", (roomy, 10**12), 1, 2)
+    assert all(files == reference for _, files in runs.values())
+    report = runs[roomy][0]
     assert report["upper_planes"] > 0
     assert pieces[roomy] == (0, 0)
     assert pieces[10**12][0] == 4 * report["tasks"]  # four input files, a piece of each for every block task
