@@ -597,24 +597,26 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
 
 
 SHARED_OUTPUTS_BYTES = 40
-"""Worker memory per input cell (row x QI column) from which :func:`_shares_outputs` lets the upper planes'
-tasks read the block tasks' whole outputs: about four times a row's arrays in transit (its QI values, row id, leaf
-and group: 10 bytes a cell at 13 QIs), since a whole output is counted, and spilled, with its released piece in it.
-The default local cluster at 10M rows x 13 QIs needs 5.2 GB; a worker of 1.5 GiB shares them up to 3M rows."""
+"""Worker memory per input cell (row x QI column) from which :func:`_shares_outputs` lets tasks read whole
+outputs: about four times a row's arrays in transit (its QI values, row id, leaf and group: 10 bytes a cell at
+13 QIs), since a whole output is held until its last reader has run (the routed rows until the last block
+task), and counted and spilled whole (a block task's with its released piece in it). The default local
+cluster at 10M rows x 13 QIs needs 5.2 GB; a worker of 1.5 GiB shares them up to 3M rows."""
 
 
 def _shares_outputs(n_rows, width):
-    """Whether an upper plane's task may take its pieces from the whole outputs of the block tasks below it
-    instead of through one task per piece: when every task runs in this one process (nothing travels) and its
-    memory is roomy for the rows (no limit, or at least :data:`SHARED_OUTPUTS_BYTES` per cell). At 10M rows on 2
-    cores the 2,304 piece tasks (1,280 routed pieces, 1,024 pieces of the block tasks' outputs) each left a
-    thread idle 1.3-1.7 ms before it: about 3.5 s of the threads' time, 1.7 s of the job's (BENCHMARKS.md,
-    forty-second session)."""
-    if not _one_process():
-        return False
+    """Whether each block task may take its rows from the routing tasks' whole outputs, and each upper plane's
+    task its pieces from the block tasks', instead of through one task per piece: when every task runs in one
+    process (nothing travels) whose memory is roomy for the rows (no limit, or at least
+    :data:`SHARED_OUTPUTS_BYTES` per cell). At 10M rows on 2 cores the 2,304 piece tasks (1,280 routed pieces,
+    1,024 pieces of the block tasks' outputs) each left a thread idle 1.3-1.7 ms before it: about 3.5 s of the
+    threads' time; the blocks stage took about 0.9 s less without them (BENCHMARKS.md, forty-second session)."""
     client = _client()
-    limits = [] if client is None else [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
-    return all(not limit or limit >= SHARED_OUTPUTS_BYTES * n_rows * max(width, 1) for limit in limits)
+    if client is None:  # the synchronous scheduler: this process, no limit
+        return True
+    workers = client.scheduler_info()["workers"].values()
+    return len(workers) == 1 and all(not w.get("memory_limit") or w["memory_limit"] >= SHARED_OUTPUTS_BYTES * n_rows
+                                     * max(width, 1) for w in workers)
 
 
 def _solve_pack_from(job, pack, *routed):
