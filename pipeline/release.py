@@ -611,12 +611,12 @@ def _shares_outputs(n_rows, width):
     :data:`SHARED_OUTPUTS_BYTES` per cell). At 10M rows on 2 cores the 2,304 piece tasks (1,280 routed pieces,
     1,024 pieces of the block tasks' outputs) each left a thread idle 1.3-1.7 ms before it: about 3.5 s of the
     threads' time; the blocks stage took about 0.9 s less without them (BENCHMARKS.md, forty-second session)."""
-    client = _client()
-    if client is None:  # the synchronous scheduler: this process, no limit
-        return True
-    workers = client.scheduler_info()["workers"].values()
-    return len(workers) == 1 and all(not w.get("memory_limit") or w["memory_limit"] >= SHARED_OUTPUTS_BYTES * n_rows
-                                     * max(width, 1) for w in workers)
+    if not _one_process():
+        return False
+    client = _client()  # None: the synchronous scheduler, this process without a limit
+    workers = [] if client is None else client.scheduler_info()["workers"].values()
+    return all(not w.get("memory_limit") or w["memory_limit"] >= SHARED_OUTPUTS_BYTES * n_rows * max(width, 1)
+               for w in workers)
 
 
 def _solve_pack_from(job, pack, *routed):
