@@ -514,6 +514,35 @@ def _remember_dissolve_idle(seen, near, near_version, version, nb, a):
             near_version[a, u] = version[b]
 
 
+@inline_jit
+def _dissolve_cost(Z, members, size, cent, nb, a, target, near_buf, extra, spread, spread_sq):
+    """The exact SSE that dissolving a adds to its neighbours: member t joins neighbour ``target[t]``
+    (``extra[u]`` members join neighbour u; ``near_buf[u, t] = ||x_t - c_u||^2``). s members of sum-offset
+    ``D = sum (x - c)`` joining a group of m records of centroid c add ``sum ||x - c||^2 - ||D||^2 / (m + s)``;
+    the sweep's running sum of ``m / (m + 1) ||x - c||^2`` is this for s = 1 only, and could accept a
+    dissolution that raised the SSE when two or more members joined one group."""
+    d = Z.shape[1]
+    for u in range(extra.shape[0]):
+        spread_sq[u] = 0.0
+        for j in range(d):
+            spread[u, j] = 0.0
+    for t in range(size[a]):
+        u = target[t]
+        b = nb[a, u]
+        row = members[a, t]
+        spread_sq[u] += near_buf[u, t]
+        for j in range(d):
+            spread[u, j] += Z[row, j] - cent[b, j]
+    cost = 0.0
+    for u in range(extra.shape[0]):
+        if extra[u] > 0:
+            norm = 0.0
+            for j in range(d):
+                norm += spread[u, j] * spread[u, j]
+            cost += spread_sq[u] - norm / (size[nb[a, u]] + extra[u])
+    return cost
+
+
 TOL = 1e-12
 """The default relative tolerance of :func:`refine`."""
 
@@ -581,6 +610,8 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=TOL, rescan
     for g in range(n_groups):
         _centroid(sums, size, g, cent[g])
     extra = np.zeros(n_neighbors, dtype=np.int64)
+    spread = np.empty((n_neighbors, d))      # a dissolution's exact cost (_dissolve_cost)
+    spread_sq = np.empty(n_neighbors)
     target = np.empty(capacity, dtype=np.int64)
     xb_buf = np.empty(capacity)
     ya_buf = np.empty(capacity)
@@ -670,6 +701,8 @@ def refine(Z, labels, k, max_size, n_neighbors=8, max_sweeps=20, tol=TOL, rescan
                         cost += best_c
                         if cost >= gain - eps:  # the terms are >= 0: the sum can only grow
                             break
+                    if cost < gain - eps:  # the summed costs take each member alone: the exact cost decides
+                        cost = _dissolve_cost(Z, members, size, cent, nb, a, target, near_buf, extra, spread, spread_sq)
                     if cost < gain - eps:
                         while size[a] > 0:
                             t = size[a] - 1
