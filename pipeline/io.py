@@ -614,6 +614,28 @@ def _decoded(table, names):
     return table
 
 
+def _is_local(fs):
+    from fsspec.implementations.local import LocalFileSystem
+
+    return isinstance(fs, LocalFileSystem)
+
+
+class _NativeLocalFiles:
+    """A local fsspec filesystem whose files open for writing as Arrow's own files (``pyarrow.OSFile``),
+    which Parquet writes into without the interpreter lock; everything else is the filesystem's."""
+
+    def __init__(self, fs):
+        self._fs = fs
+
+    def open(self, path, mode="rb", **kwargs):
+        import pyarrow as pa
+
+        return pa.OSFile(path, mode) if mode == "wb" and not kwargs else self._fs.open(path, mode, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
+
+
 class ExactIntegersEngine(ArrowDatasetEngine):
     """Dask's pyarrow Parquet engine, reading the integer columns named in the ``arrow_to_pandas``
     options under :data:`EXACT_INTEGERS` (those that may hold a null: :func:`integers_with_nulls`) as
@@ -652,6 +674,16 @@ class ExactIntegersEngine(ArrowDatasetEngine):
             if name in frame.columns:
                 frame[name] = pd.arrays.ArrowExtensionArray(arrow_table.column(name))
         return frame
+
+    @classmethod
+    def write_partition(cls, df, path, fs, filename, partition_on, *args, **kwargs):
+        # A local file is written through Arrow's own file, not fsspec's Python one: pyarrow takes the
+        # interpreter lock for every page it hands to a Python file, and with the job's other threads
+        # holding the lock half of the 10M release's encoding time went to waiting for it
+        # (BENCHMARKS.md, forty-third session). The bytes are the same.
+        if not partition_on and _is_local(fs):
+            fs = _NativeLocalFiles(fs)
+        return super().write_partition(df, path, fs, filename, partition_on, *args, **kwargs)
 
     @classmethod
     def _pandas_to_arrow_table(cls, df, preserve_index=False, schema=None):

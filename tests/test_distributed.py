@@ -791,6 +791,36 @@ def test_tasks_in_one_roomy_process_read_whole_outputs_with_the_same_release(tmp
     assert pieces[10**12][1] > 0
 
 
+def test_release_files_are_written_into_arrows_own_files_with_the_same_bytes(tmp_path, data, monkeypatch):
+    """The release's Parquet files go into Arrow's own files, not fsspec's Python ones: pyarrow takes the
+    interpreter lock for every page it hands a Python file, and at 10M rows the encoding spent about a
+    third of its time waiting for it while the job's other thread held it (BENCHMARKS.md, forty-third
+    session). The bytes are those written through fsspec."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from microagg.pipeline import io as pipeline_io
+
+    root, _ = data
+    sinks = []
+    write_table = pq.write_table
+
+    def recorded(table, where, *args, **kwargs):
+        sinks.append(where)
+        return write_table(table, where, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", recorded)
+    runs = _released_with(tmp_path, root / "four", monkeypatch, "SHARED_OUTPUTS_BYTES", (40,), 1, 2)
+    native, sinks[:] = list(sinks), []
+    assert native and all(isinstance(s, pa.NativeFile) for s in native)
+    monkeypatch.setattr(pipeline_io, "_is_local", lambda fs: False)
+    (tmp_path / "fsspec").mkdir()
+    through_fsspec = _released_with(tmp_path / "fsspec", root / "four", monkeypatch, "SHARED_OUTPUTS_BYTES", (40,),
+                                    1, 2)
+    assert sinks and not any(isinstance(s, pa.NativeFile) for s in sinks)
+    assert runs[40][1] == through_fsspec[40][1] and len(runs[40][1]) == len(native)
+
+
 def test_a_large_parquet_file_is_read_in_partitions_of_whole_row_groups(tmp_path, data, monkeypatch, caplog):
     """A single file larger than io.PARQUET_BLOCKSIZE is read a few row groups per partition (so no
     task holds the whole file), with the same release; a row group beyond io.LARGE_ROW_GROUP rows,
