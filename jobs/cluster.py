@@ -191,6 +191,15 @@ def local_shape(processes, workers=None, threads_per_worker=None):
     return workers or 1, threads_per_worker or max(1, cores // (workers or 1))
 
 
+NO_WORKER_PROFILER = {"distributed.worker.profile.enabled": False}
+"""The local cluster's workers run without Dask's statistical profiler (the dashboard's profile page). Every
+10 ms it walks every thread's Python stack holding the interpreter lock, and every second it digests the
+samples on the event loop; the block tasks (threads of this process by default) waited for the lock at
+each kernel's return meanwhile. At 10M rows the job took 37.2 and 38.8 s without it against 40.1 and 40.6 s
+with it, alternated (BENCHMARKS.md, forty-third session). A cluster given by its address keeps its own
+configuration."""
+
+
 @contextmanager
 def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory_limit="auto", processes=False,
                 worker_timeout=flags.WORKER_TIMEOUT):
@@ -218,7 +227,7 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
         n, threads_per_worker = local_shape(processes, workers, threads_per_worker)
         log.info("starting a local Dask cluster: %d worker %s x %d thread(s)", n,
                  "process(es)" if processes else "(threads of this process)", threads_per_worker)
-        with dask.config.set({"distributed.comm.timeouts.connect": PEER_CONNECT_TIMEOUT,
+        with dask.config.set({"distributed.comm.timeouts.connect": PEER_CONNECT_TIMEOUT, **NO_WORKER_PROFILER,
                               **memory_thresholds(memory_limit, threads_per_worker),
                               **tune_allocator(processes, memory_limit)}):
             cluster = LocalCluster(  # worker processes take the configuration they start with

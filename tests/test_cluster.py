@@ -243,6 +243,25 @@ def test_the_embedded_process_cluster_starts_its_workers_with_the_allocator_sett
     assert env == {"MALLOC_MMAP_THRESHOLD_": None, "MALLOC_TRIM_THRESHOLD_": "65536"}
 
 
+def _profiled(dask_worker):
+    """Run on a worker: whether Dask's statistical profiler samples its threads."""
+    return "profile" in dask_worker.periodic_callbacks
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_the_embedded_cluster_s_workers_run_without_dask_s_profiler(processes):
+    """Its sampling every 10 ms holds the interpreter lock, which the block tasks (threads of this
+    process by default) then waited for at each kernel's return (BENCHMARKS.md, forty-third session)."""
+    from distributed import LocalCluster
+
+    from microagg.jobs import cluster
+
+    with cluster.dask_client(workers=1, threads_per_worker=1, processes=processes, memory_limit="2GiB") as client:
+        assert list(client.run(_profiled).values()) == [False]
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as plain:
+        assert [_profiled(w) for w in plain.workers.values()] == [True]  # Dask's default, which the check sees
+
+
 def test_the_cli_gives_arrow_the_system_allocator_unless_told_otherwise(monkeypatch):
     import pyarrow
 
