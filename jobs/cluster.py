@@ -212,6 +212,10 @@ def dask_client(scheduler="local", workers=None, threads_per_worker=None, memory
         process; for small files and debugging), or the address of a running scheduler
         (``tcp://HOST:PORT``), whose first worker is awaited for ``worker_timeout`` seconds.
     """
+    from ..pipeline.release import warm_kernels_aside
+
+    if scheduler == "synchronous" or (scheduler == "local" and not processes):
+        warm_kernels_aside()  # the kernels run in this process: Numba's code generator started meanwhile
     if scheduler == "synchronous":
         with dask.config.set(scheduler="synchronous"):
             yield None

@@ -1277,28 +1277,46 @@ def _enough_partitions(ddf):
     return ddf
 
 
-_ASIDE = []  # the threads of _import_aside still running, joined at exit
+_ASIDE = []  # the threads of _aside still running, joined at exit
 
 
-def _import_aside(name):
-    """Start importing the module ``name`` in a thread of its own; an import of it elsewhere waits for
-    that one to end (Python's import lock per module), or raises its error itself. The process's exit
-    handlers wait for the thread (``microagg`` leaves with ``os._exit`` after them): matplotlib's first
-    import on a machine writes its font cache, which must not be cut short.
+def _aside(name, work):
+    """Run ``work()`` in a thread of its own named ``microagg-{name}``, its errors ignored (the caller's
+    own call raises them again, where they are handled). The process's exit handlers wait for the
+    thread (``microagg`` leaves with ``os._exit`` after them): a first import of matplotlib writes its
+    font cache, a first kernel call on a machine without Numba's cache writes that, neither to be cut
+    short."""
 
-    The report's module imports matplotlib: 0.5-1 s of one core while the workers waited, before the
-    statistics pass began (BENCHMARKS.md, thirty-fifth session)."""
-
-    def load():
+    def run():
         try:
-            importlib.import_module(name)
-        except Exception:  # the caller's own import raises it again, where it is handled
+            work()
+        except Exception:
             pass
 
     _ASIDE[:] = [t for t in _ASIDE if t.is_alive()]
-    thread = threading.Thread(target=load, name=f"microagg-import-{name}", daemon=True)
+    thread = threading.Thread(target=run, name=f"microagg-{name}", daemon=True)
     _ASIDE.append(thread)
     thread.start()
+    return thread
+
+
+def _import_aside(name):
+    """Start importing the module ``name`` aside (:func:`_aside`); an import of it elsewhere waits for
+    that one to end (Python's import lock per module).
+
+    The report's module imports matplotlib: 0.5-1 s of one core while the workers waited, before the
+    statistics pass began (BENCHMARKS.md, thirty-fifth session)."""
+    return _aside(f"import-{name}", partial(importlib.import_module, name))
+
+
+def warm_kernels_aside():
+    """Start Numba's code generator aside (:func:`_aside`), by a first kernel call on one value with the
+    statistics pass's argument types. The first kernel a process loads from Numba's cache starts it:
+    about 0.3 s, during which every other thread that needs a kernel waits (at 10M rows both worker
+    threads, at the statistics pass's first tasks). For kernels that run in this process (workers that
+    are its threads, the synchronous scheduler), called while the cluster starts (BENCHMARKS.md,
+    forty-third session)."""
+    return _aside("warm-kernels", partial(stats.chunk, np.zeros((1, 1))))
 
 
 @atexit.register

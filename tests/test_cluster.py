@@ -262,6 +262,30 @@ def test_the_embedded_cluster_s_workers_run_without_dask_s_profiler(processes):
         assert [_profiled(w) for w in plain.workers.values()] == [True]  # Dask's default, which the check sees
 
 
+def test_numba_s_code_generator_starts_while_a_cluster_of_this_process_starts():
+    """The first kernel a process loads starts Numba's code generator (about 0.3 s, every other thread
+    needing a kernel waiting); a cluster whose workers are threads of this process (or the synchronous
+    scheduler) starts it aside, a cluster of worker processes leaves this process alone."""
+    import subprocess
+    import sys
+
+    code = ("import sys, threading\n"
+            "from microagg import kernels\n"
+            "from microagg.jobs import cluster\n"
+            "assert not kernels.exact_column_sums.signatures\n"
+            "with cluster.dask_client(sys.argv[1], workers=1, threads_per_worker=1, memory_limit='2GiB',\n"
+            "                         processes=sys.argv[2] == 'processes'):\n"
+            "    [t.join() for t in threading.enumerate() if t.name == 'microagg-warm-kernels']\n"
+            "    print(len(kernels.exact_column_sums.signatures))\n")
+    loaded = {}
+    for scheduler, shape in (("local", "threads"), ("synchronous", "threads"), ("local", "processes")):
+        proc = subprocess.run([sys.executable, "-c", code, scheduler, shape], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        loaded[scheduler, shape] = int(proc.stdout.split()[-1])
+    assert loaded == {("local", "threads"): 1, ("synchronous", "threads"): 1, ("local", "processes"): 0}
+
+
 def test_the_cli_gives_arrow_the_system_allocator_unless_told_otherwise(monkeypatch):
     import pyarrow
 
