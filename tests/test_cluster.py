@@ -258,7 +258,7 @@ def test_the_embedded_cluster_s_workers_run_without_dask_s_profiler(processes):
 
     with cluster.dask_client(workers=1, threads_per_worker=1, processes=processes, memory_limit="2GiB") as client:
         assert list(client.run(_profiled).values()) == [False]
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as plain:
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as plain:
         assert [_profiled(w) for w in plain.workers.values()] == [True]  # Dask's default, which the check sees
 
 
