@@ -84,7 +84,7 @@ def test_cli_trimmed_weighted_release(tmp_path):
     source = tmp_path / "in.parquet"
     df.to_parquet(source, index=False)
     out = tmp_path / "out"
-    microagg_cli("anonymize", source, out, "--k", 3, "--qi", ",".join(QI), "--identifiers", "person_id",
+    microagg_cli("anonymize", "--no-html", source, out, "--k", 3, "--qi", ",".join(QI), "--identifiers", "person_id",
                  "--aggregate", "trimmed", "--weights", "weight", "--workers", 2, check=True)
     released = pd.read_parquet(out)
     expected = microagg.anonymize(df, 3, QI, identifiers=["person_id"], aggregate="trimmed", weights="weight")

@@ -38,7 +38,7 @@ def test_cli_blocks_report_real_anonymity(tmp_path):
     outs = []
     for name, extra in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", 2])):
         out = tmp_path / name
-        microagg_cli("anonymize", CENSUS_CSV, out, "--k", 3, "--blocks", spec, *extra, check=True)
+        microagg_cli("anonymize", "--no-html", CENSUS_CSV, out, "--k", 3, "--blocks", spec, *extra, check=True)
         outs.append(out)
     assert (outs[0] / "part-00000.parquet").read_bytes() == (outs[1] / "part-00000.parquet").read_bytes()
     report = json.loads((outs[0] / "_report.json").read_text())

@@ -530,8 +530,8 @@ def test_a_constant_qi_of_a_large_magnitude_is_released(tmp_path):
 
     out = tmp_path / "release"
     source = _arrow_files(tmp_path, pa.table({"a": [1e20] * 30, "b": _qis(30, 0)["b"]}))
-    microagg_cli("anonymize", source, out, "--k", "3", "--qi", "a,b", "--no-evaluate", "--scheduler", "synchronous",
-                 check=True)
+    microagg_cli("anonymize", "--no-html", source, out, "--k", "3", "--qi", "a,b", "--no-evaluate", "--scheduler",
+                 "synchronous", check=True)
     released = pd.read_parquet(out)
     assert (released["a"] == 1e20).all() and released.groupby("b").size().min() >= 3
 
@@ -540,7 +540,7 @@ def test_files_of_different_numeric_types_are_released_in_the_wider_type(tmp_pat
     """int64 in one file, float64 in another (not a QI): the column comes out float64, values intact."""
     other = small[6:].assign(id=small["id"][6:] + 0.5)
     out = tmp_path / "release"
-    microagg_cli("anonymize", _files(tmp_path, small[:6], other), out, "--k", "3", "--qi", "a,b",
+    microagg_cli("anonymize", "--no-html", _files(tmp_path, small[:6], other), out, "--k", "3", "--qi", "a,b",
                  "--scheduler", "synchronous", check=True)
     import pyarrow.parquet as pq
 
@@ -641,26 +641,27 @@ def test_a_byte_order_mark_in_one_csv_file_is_not_a_column_name(tmp_path):
     (folder / "part-0.csv").write_bytes("\ufeffa,b\n1,2\n3,4\n5,6\n".encode())
     (folder / "part-1.csv").write_text("a,b\n7,8\n9,10\n11,12\n")
     out = tmp_path / "release"
-    microagg_cli("anonymize", folder, out, "--k", "2", "--qi", "a,b", "--scheduler", "synchronous", "--no-evaluate",
-                 check=True)
+    microagg_cli("anonymize", "--no-html", folder, out, "--k", "2", "--qi", "a,b", "--scheduler", "synchronous",
+                 "--no-evaluate", check=True)
     assert pd.read_parquet(out).columns.tolist() == ["a", "b"]
 
 
 def test_an_output_inside_the_input_directory(tmp_path, small):
     """The next run would read the release as more input (the CLI, as the job files already did)."""
     source = _files(tmp_path, small)
-    proc = microagg_cli("anonymize", source, source / "release", "--k", "3", "--qi", "a,b", "--scheduler",
+    proc = microagg_cli("anonymize", "--no-html", source, source / "release", "--k", "3", "--qi", "a,b", "--scheduler",
                         "synchronous")
     assert proc.returncode == 2 and "lies inside the input" in proc.stderr, proc.stderr
     assert sorted(os.listdir(source)) == ["part-0.parquet"]
     link = tmp_path / "link"
     link.symlink_to(source)
-    proc = microagg_cli("anonymize", link, source / "release", "--k", "3", "--qi", "a", "--scheduler", "synchronous")
+    proc = microagg_cli("anonymize", "--no-html", link, source / "release", "--k", "3", "--qi", "a", "--scheduler",
+                        "synchronous")
     assert proc.returncode == 2 and "lies inside the input" in proc.stderr, proc.stderr
     # a glob that cannot match the release is fine
     out = source / "release"
-    microagg_cli("anonymize", f"{source}/*.parquet", out, "--k", "3", "--qi", "a,b", "--scheduler", "synchronous",
-                 "--no-evaluate", check=True)
+    microagg_cli("anonymize", "--no-html", f"{source}/*.parquet", out, "--k", "3", "--qi", "a,b", "--scheduler",
+                 "synchronous", "--no-evaluate", check=True)
     assert len(pd.read_parquet(out)) == len(small)
 
 
@@ -677,8 +678,8 @@ def test_a_full_filesystem_is_a_storage_failure(tmp_path, small, monkeypatch, ca
 
     monkeypatch.setattr(pq, "write_table", full)
     out = tmp_path / "release"
-    code = cli.main(["anonymize", str(_csv(tmp_path, small)), str(out), "--k", "3", "--qi", "a,b", "--scheduler",
-                     "synchronous", "--no-evaluate"])
+    code = cli.main(["anonymize", "--no-html", str(_csv(tmp_path, small)), str(out), "--k", "3", "--qi", "a,b",
+                     "--scheduler", "synchronous", "--no-evaluate"])
     err = capsys.readouterr().err
     assert code == 5 and err.startswith("microagg: error: a filesystem refused a write") and "No space left" in err
     assert not out.exists() and not [p for p in os.listdir(tmp_path) if ".microagg-" in p]

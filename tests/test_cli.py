@@ -28,8 +28,10 @@ def extract(tmp_path_factory, census):
 
 
 def _release(tmp_path, *args, k=4, name="release"):
+    """The release of ``args`` (the input first), run synchronously, without the HTML page: the tests
+    that use it check the release and its report (the page's own tests are in test_report.py)."""
     out = tmp_path / name
-    microagg_cli("anonymize", *args, out, "--k", k, "--scheduler", "synchronous", check=True)
+    microagg_cli("anonymize", *args, out, "--k", k, "--scheduler", "synchronous", "--no-html", check=True)
     return out
 
 
@@ -84,7 +86,7 @@ def test_parquet_inputs_give_byte_identical_releases(tmp_path, extract):
     directory.mkdir()
     for i, part in enumerate(np.array_split(np.arange(len(df)), 4)):
         df.iloc[part].to_parquet(directory / f"part-{i}.parquet", index=False)
-    common = ["--qi", ",".join(QI), "--rows-per-file", "400", "--no-evaluate", "--no-html"]  # the bytes alone
+    common = ["--qi", ",".join(QI), "--rows-per-file", "400", "--no-evaluate"]  # the bytes alone
     outs = [
         _release(tmp_path, path, *common, name="from-csv"),
         _release(tmp_path, single, *common, name="from-file"),
@@ -108,7 +110,7 @@ def test_parquet_inputs_give_byte_identical_releases(tmp_path, extract):
 def test_local_cluster_release_equals_synchronous(tmp_path):
     sync = _release(tmp_path, CENSUS_CSV, k=3, name="sync")
     out = tmp_path / "cluster"
-    proc = microagg_cli("anonymize", CENSUS_CSV, out, "--k", 3, "--workers", 2, check=True)
+    proc = microagg_cli("anonymize", "--no-html", CENSUS_CSV, out, "--k", 3, "--workers", 2, check=True)
     assert "information loss: 5.692 %" in proc.stdout
     assert (out / "part-00000.parquet").read_bytes() == (sync / "part-00000.parquet").read_bytes()
 
@@ -361,5 +363,5 @@ def test_out_of_range_options_are_refused_before_the_input_is_read(tmp_path, fla
 def test_the_largest_seed_runs(tmp_path, extract):
     path, _ = extract
     out = _release(tmp_path, path, "--qi", ",".join(QI), "--seed", 2**63 - 1, "--refine", "ils", "--iterations", 2,
-                   "--no-evaluate", "--no-html", k=4)
+                   "--no-evaluate", k=4)
     assert json.loads((out / "_report.json").read_text())["seed"] == 2**63 - 1

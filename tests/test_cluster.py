@@ -58,7 +58,7 @@ def test_a_scheduler_without_workers_is_waited_for_then_a_cluster_failure(tmp_pa
     (tmp_path / "cluster").mkdir()
     with dask_processes(tmp_path / "cluster", workers=0) as address:
         started = time.monotonic()
-        proc = microagg_cli("anonymize", source, tmp_path / "never", *args, "--scheduler", address,
+        proc = microagg_cli("anonymize", "--no-html", source, tmp_path / "never", *args, "--scheduler", address,
                             "--worker-timeout", 3)
         assert proc.returncode == 4, proc.stderr
         assert "has had no worker for 3 s" in proc.stderr and "--worker-timeout" in proc.stderr
@@ -69,7 +69,7 @@ def test_a_scheduler_without_workers_is_waited_for_then_a_cluster_failure(tmp_pa
                        f'[evaluate]\nrun = false\n[cluster]\nscheduler = "{address}"\nworker_timeout = 2\n')
         proc = microagg_cli("run", job)
         assert proc.returncode == 4 and "has had no worker for 2 s" in proc.stderr, proc.stderr
-        job = subprocess.Popen([str(Path(sys.executable).with_name("microagg")), "anonymize", str(source),
+        job = subprocess.Popen([str(Path(sys.executable).with_name("microagg")), "anonymize", "--no-html", str(source),
                                 str(tmp_path / "late"), *map(str, args), "--scheduler", address],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(3)
@@ -87,7 +87,7 @@ def test_a_scheduler_without_workers_is_waited_for_then_a_cluster_failure(tmp_pa
                 if worker.poll() is not None:
                     worker = subprocess.Popen(worker.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 job = subprocess.Popen([str(Path(sys.executable).with_name("microagg")), "--log-format", "json",
-                                        "anonymize", str(large), str(tmp_path / "lost"), *map(str, args),
+                                        "anonymize", "--no-html", str(large), str(tmp_path / "lost"), *map(str, args),
                                         "--scheduler", address, "--worker-timeout", "3"],
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))

@@ -46,7 +46,7 @@ def _files(out):
 
 def test_blocked_release_invariants(tmp_path, data):
     root, df = data
-    out = _run(tmp_path, "rel", root / "one.parquet", "--k", 5, *BLOCKED, "--scheduler", "synchronous",
+    out = _run(tmp_path, "rel", root / "one.parquet", "--no-html", "--k", 5, *BLOCKED, "--scheduler", "synchronous",
                "--rows-per-file", 7000)
     released = pd.read_parquet(out)
     report = json.loads((out / "_report.json").read_text())
@@ -302,8 +302,8 @@ def test_line_breaks_inside_quoted_fields_of_a_csv_read_in_blocks(tmp_path, monk
     releases = []
     for name, flags in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", "2"])):
         out = tmp_path / name
-        assert cli.main(["--quiet", "anonymize", str(path), str(out), "--k", "3", "--qi", "q0,q1", "--identifiers",
-                         "person_id", *flags]) == 0, capsys.readouterr().err
+        assert cli.main(["--quiet", "anonymize", "--no-html", str(path), str(out), "--k", "3", "--qi", "q0,q1",
+                         "--identifiers", "person_id", *flags]) == 0, capsys.readouterr().err
         report = json.loads((out / "_report.json").read_text())
         assert report["input_types_widened"] == {"code": "string"}  # its last rows: read again, in pieces
         assert report["evaluation"]["checks"]["unchanged_columns"] == {"note": 0, "code": 0}
@@ -320,8 +320,8 @@ def test_line_breaks_inside_quoted_fields_of_a_csv_read_in_blocks(tmp_path, monk
               if len(fields := lines[i].split(",")) == 5 and fields[3] == f"plain {fields[0]}")
     lines[at] += ",9"
     (tmp_path / "bad.csv").write_text("\n".join(lines))
-    code = cli.main(["anonymize", str(tmp_path / "bad.csv"), str(tmp_path / "refused"), "--k", "3", "--qi", "q0,q1",
-                     "--scheduler", "synchronous"])
+    code = cli.main(["anonymize", "--no-html", str(tmp_path / "bad.csv"), str(tmp_path / "refused"), "--k", "3",
+                     "--qi", "q0,q1", "--scheduler", "synchronous"])
     err = capsys.readouterr().err
     with pytest.raises(pd.errors.ParserError, match=r"in line (\d+),") as whole:  # pandas on the whole file
         pd.read_csv(tmp_path / "bad.csv")
@@ -682,7 +682,8 @@ def test_a_csv_field_longer_than_128_kib_in_the_first_row(tmp_path):
                           "payload": [blob] + ["{}"] * 39})
     frame.to_csv(tmp_path / "events.csv", index=False)
     assert len(blob) > 2 ** 17
-    out = _run(tmp_path, "release", tmp_path / "events.csv", "--k", 3, "--qi", "q0,q1", "--scheduler", "synchronous")
+    out = _run(tmp_path, "release", tmp_path / "events.csv", "--no-html", "--k", 3, "--qi", "q0,q1", "--scheduler",
+               "synchronous")
     assert pd.read_parquet(out)["payload"].tolist() == frame["payload"].tolist()
 
 
@@ -691,14 +692,15 @@ def test_a_large_k_gets_blocks_of_at_least_2k_rows_unless_a_block_size_is_given(
     cannot hold two groups (it was refused as "block size must be at least 2k", an option the user
     never gave); in memory as in the pipeline. A block size given that small is still refused."""
     root, df = data
-    out = _run(tmp_path, "large-k", root / "four", "--k", 3000, "--qi", ",".join(QI), "--workers", 2, "--no-evaluate")
+    out = _run(tmp_path, "large-k", root / "four", "--no-html", "--k", 3000, "--qi", ",".join(QI), "--workers", 2,
+               "--no-evaluate")
     report = json.loads((out / "_report.json").read_text())
     assert report["block_size_target"] == 6000 and report["blocks"] > 1 and report["min_group_size"] >= 3000
     assert_k_anonymous(pd.read_parquet(out), QI, 3000)
     labels = microagg.partition(df[QI].to_numpy(), 3000, stitch="light", one_block_rows=0)
     assert np.bincount(labels).min() >= 3000
-    proc = microagg_cli("anonymize", root / "four", tmp_path / "refused", "--k", 3000, "--qi", ",".join(QI),
-                        "--block-size", 2500, "--scheduler", "synchronous")
+    proc = microagg_cli("anonymize", "--no-html", root / "four", tmp_path / "refused", "--k", 3000, "--qi",
+                        ",".join(QI), "--block-size", 2500, "--scheduler", "synchronous")
     assert proc.returncode == 2 and "block size must be at least 2k = 6000, got 2500" in proc.stderr
 
 
@@ -709,13 +711,13 @@ def test_an_output_that_is_a_symbolic_link_is_replaced_through_it(tmp_path):
     source = tmp_path / "in.parquet"
     extract(2_000, seed=4).to_parquet(source, index=False)
     common = ["--qi", ",".join(QI), "--no-evaluate", "--scheduler", "synchronous"]
-    _run(tmp_path, "2026-11-25", source, "--k", 3, *common)
+    _run(tmp_path, "2026-11-25", source, "--no-html", "--k", 3, *common)
     (tmp_path / "latest").symlink_to("2026-11-25")
-    microagg_cli("anonymize", source, tmp_path / "latest", "--k", 4, *common, check=True)
+    microagg_cli("anonymize", "--no-html", source, tmp_path / "latest", "--k", 4, *common, check=True)
     assert (tmp_path / "latest").is_symlink()
     assert json.loads((tmp_path / "2026-11-25" / "_report.json").read_text())["k"] == 4
     (tmp_path / "next").symlink_to("2026-11-26")
-    microagg_cli("anonymize", source, tmp_path / "next", "--k", 5, *common, check=True)
+    microagg_cli("anonymize", "--no-html", source, tmp_path / "next", "--k", 5, *common, check=True)
     assert (tmp_path / "next").is_symlink() and (tmp_path / "2026-11-26" / "_SUCCESS").exists()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
 
@@ -724,7 +726,7 @@ def test_an_input_of_fewer_rows_than_partitions(tmp_path):
     """Three rows split across the cluster's cores leave empty partitions: still one group of three."""
     source = tmp_path / "tiny.parquet"
     pd.DataFrame({"a": [1.0, 2.0, 4.0], "b": [0.0, 1.0, 5.0], "name": ["x", "y", "z"]}).to_parquet(source, index=False)
-    out = _run(tmp_path, "rel", source, "--k", 2, "--qi", "a,b", "--workers", 2, "--no-evaluate")
+    out = _run(tmp_path, "rel", source, "--no-html", "--k", 2, "--qi", "a,b", "--workers", 2, "--no-evaluate")
     released = pd.read_parquet(out)
     assert released["name"].tolist() == ["x", "y", "z"]
     np.testing.assert_allclose(released[["a", "b"]].to_numpy(), [[7 / 3, 2.0]] * 3)
@@ -753,7 +755,8 @@ def test_an_input_too_large_to_keep_is_read_in_every_pass_with_the_same_release(
     from microagg.pipeline import release
 
     root, _ = data
-    reference = _files(_run(tmp_path, "sync", root / "four", "--k", 4, *BLOCKED, "--scheduler", "synchronous"))
+    reference = _files(_run(tmp_path, "sync", root / "four", "--no-html", "--k", 4, *BLOCKED, "--scheduler",
+                            "synchronous"))
     measured = release.INPUT_EXPANSION  # 10**9 below: "larger than the workers' memory"
     runs = _released_with(tmp_path, root / "four", monkeypatch, "INPUT_EXPANSION", (measured, 10**9), 2, 1)
     assert all(files == reference for _, files in runs.values())
@@ -769,7 +772,7 @@ def test_tasks_in_one_roomy_process_read_whole_outputs_with_the_same_release(tmp
     from microagg.pipeline import release
 
     root, _ = data
-    reference = _files(_run(tmp_path, "two-workers", root / "four", "--k", 4, *BLOCKED, "--workers", 2))
+    reference = _files(_run(tmp_path, "two-workers", root / "four", "--no-html", "--k", 4, *BLOCKED, "--workers", 2))
     pieces = {}  # per memory setting: the graph's tasks that take one piece of a routing or block task's output
     solve_blocks = release.solve_blocks
 
@@ -830,7 +833,8 @@ def test_a_large_parquet_file_is_read_in_partitions_of_whole_row_groups(tmp_path
     from microagg.pipeline import io, release
 
     root, df = data
-    reference = _files(_run(tmp_path, "sync", root / "one.parquet", "--k", 4, *BLOCKED, "--scheduler", "synchronous"))
+    reference = _files(_run(tmp_path, "sync", root / "one.parquet", "--no-html", "--k", 4, *BLOCKED, "--scheduler",
+                            "synchronous"))
     source = tmp_path / "row-groups.parquet"
     df.to_parquet(source, index=False, row_group_size=2500)  # 8 row groups of about 0.3 MB
     monkeypatch.setattr(io, "PARQUET_BLOCKSIZE", "700KB")
@@ -1000,7 +1004,7 @@ def test_an_input_up_to_one_block_rows_is_one_block(eia):
 @pytest.mark.parametrize("order", ["kd", "pca", "zscore"])
 def test_orders_give_k_anonymous_releases(tmp_path, data, order):
     root, df = data
-    out = _run(tmp_path, order, root / "one.parquet", "--k", 3, *BLOCKED, "--order", order,
+    out = _run(tmp_path, order, root / "one.parquet", "--no-html", "--k", 3, *BLOCKED, "--order", order,
                "--scheduler", "synchronous")
     report = json.loads((out / "_report.json").read_text())
     assert report["order"] == order and report["blocks"] > 1
@@ -1011,8 +1015,8 @@ def test_orders_give_k_anonymous_releases(tmp_path, data, order):
                                         ("--refine", "ils", "--iterations", "5")])
 def test_refinement_lowers_information_loss(tmp_path, data, refinement):
     root, _ = data
-    plain = _run(tmp_path, "plain", root / "one.parquet", "--k", 5, *BLOCKED, "--scheduler", "synchronous")
-    refined = _run(tmp_path, "refined", root / "one.parquet", "--k", 5, *BLOCKED, *refinement,
+    plain = _run(tmp_path, "plain", root / "one.parquet", "--no-html", "--k", 5, *BLOCKED, "--scheduler", "synchronous")
+    refined = _run(tmp_path, "refined", root / "one.parquet", "--no-html", "--k", 5, *BLOCKED, *refinement,
                    "--scheduler", "synchronous")
     reports = [json.loads((p / "_report.json").read_text()) for p in (plain, refined)]
     assert reports[1]["information_loss"] < reports[0]["information_loss"]
@@ -1026,15 +1030,15 @@ def test_fast_stitching_is_the_same_release_in_memory_and_from_any_files(tmp_pat
     wins SSE back, less than the default's block sweeps and wider windows do on these data."""
     root, df = data
     common = ["--k", 5, *BLOCKED, "--stitch", "fast", "--scheduler", "synchronous"]
-    one = _run(tmp_path, "fast-one", root / "one.parquet", *common)
-    four = _run(tmp_path, "fast-four", root / "four", *common)
+    one = _run(tmp_path, "fast-one", root / "one.parquet", "--no-html", *common)
+    four = _run(tmp_path, "fast-four", root / "four", "--no-html", *common)
     assert _files(one) == _files(four)
     released = pd.read_parquet(one)
     assert_k_anonymous(released, QI, 5)
     in_memory = microagg.anonymize(df, 5, QI, identifiers=("person_id",), block_size=1500, blocks_per_task=4,
                                    stitch="fast")
     np.testing.assert_array_equal(in_memory[QI].to_numpy(), released[QI].to_numpy())
-    light = _run(tmp_path, "light", root / "one.parquet", "--k", 5, *BLOCKED, "--scheduler", "synchronous")
+    light = _run(tmp_path, "light", root / "one.parquet", "--no-html", "--k", 5, *BLOCKED, "--scheduler", "synchronous")
     fast_report, light_report = (json.loads((p / "_report.json").read_text()) for p in (one, light))
     assert fast_report["stitch"] == "fast" and fast_report["blocks"] > 1
     assert 0 < fast_report["stitch_sse_gain"] < light_report["stitch_sse_gain"]
@@ -1086,7 +1090,7 @@ def test_hash_identifiers(tmp_path, data):
     from pathlib import Path
 
     exe = Path(sys.executable).with_name("microagg")
-    args = [str(exe), "anonymize", str(root / "one.parquet"), str(out), "--k", "3", *map(str, BLOCKED),
+    args = [str(exe), "anonymize", "--no-html", str(root / "one.parquet"), str(out), "--k", "3", *map(str, BLOCKED),
             "--hash-identifiers", "--scheduler", "synchronous"]
     proc = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "MICROAGG_HMAC_KEY": env_key})
     assert proc.returncode == 0, proc.stderr
@@ -1208,7 +1212,7 @@ def test_the_release_keeps_the_input_schema(tmp_path):
     pq.write_table(table.slice(1000), source / "b.parquet", row_group_size=1000)  # with nulls here
     out = tmp_path / "release"
     exe = Path(sys.executable).with_name("microagg")
-    proc = subprocess.run([str(exe), "anonymize", str(source), str(out), "--k", "3", "--qi", "q0,q1,q2",
+    proc = subprocess.run([str(exe), "anonymize", "--no-html", str(source), str(out), "--k", "3", "--qi", "q0,q1,q2",
                            "--identifiers", "person_id,household", "--hash-identifiers", "--block-size", "1500",
                            "--blocks-per-task", "2", "--one-block-rows", "0", "--scheduler", "synchronous"],
                           capture_output=True, text=True, env={**os.environ, "MICROAGG_HMAC_KEY": "k"})
@@ -1325,7 +1329,7 @@ def test_int96_timestamps_beyond_the_nanosecond_range_are_released_as_they_are(t
     assert io.read_input(source).dtypes["valid_to"] == "datetime64[us]" and scanned
     releases = []
     for name, flags in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", 2])):
-        out = _run(tmp_path, name, source, "--k", 3, "--qi", "q0,q1", *flags)
+        out = _run(tmp_path, name, source, "--no-html", "--k", 3, "--qi", "q0,q1", *flags)
         report = json.loads((out / "_report.json").read_text())
         assert report["evaluation"]["checks"]["unchanged_columns"] == dict.fromkeys(
             ["valid_to", "born", "spell", "stays", "checks"], 0)
@@ -1343,12 +1347,12 @@ def test_int96_timestamps_beyond_the_nanosecond_range_are_released_as_they_are(t
     seen = pa.array(np.arange(n) * 1_000_000_007 + 1_600_000_000_000_000_000, pa.timestamp("ns"))
     pq.write_table(table.drop(["valid_to", "born", "spell", "stays", "checks"]).append_column("seen", seen),
                    tmp_path / "fine.parquet", use_deprecated_int96_timestamps=True)
-    out = _run(tmp_path, "fine", tmp_path / "fine.parquet", "--k", 3, "--qi", "q0,q1", "--no-evaluate",
+    out = _run(tmp_path, "fine", tmp_path / "fine.parquet", "--no-html", "--k", 3, "--qi", "q0,q1", "--no-evaluate",
                "--scheduler", "synchronous")
     assert pq.read_table(out).column("seen").to_pylist() == seen.to_pylist()
     def refused(frame, name, *messages):
         pq.write_table(frame, tmp_path / name, use_deprecated_int96_timestamps=True)
-        proc = microagg_cli("anonymize", tmp_path / name, tmp_path / "refused", "--k", 3, "--qi", "q0,q1",
+        proc = microagg_cli("anonymize", "--no-html", tmp_path / name, tmp_path / "refused", "--k", 3, "--qi", "q0,q1",
                             "--scheduler", "synchronous")
         assert proc.returncode == 2 and all(m in proc.stderr for m in messages), proc.stderr
         assert not (tmp_path / "refused").exists()
@@ -1375,8 +1379,8 @@ def test_a_hive_partitioned_input_keeps_its_partition_column(tmp_path):
                       "count": pa.array(rng.integers(0, 9, n), pa.int16())})
     pq.write_to_dataset(table, tmp_path / "hive", partition_cols=["region"])
     out = tmp_path / "release"
-    microagg_cli("anonymize", tmp_path / "hive", out, "--k", 3, "--qi", "q0,q1", "--identifiers", "person_id",
-                 "--no-evaluate", "--scheduler", "synchronous", check=True)
+    microagg_cli("anonymize", "--no-html", tmp_path / "hive", out, "--k", 3, "--qi", "q0,q1", "--identifiers",
+                 "person_id", "--no-evaluate", "--scheduler", "synchronous", check=True)
     released = pq.read_table(out)
     assert pa.types.is_dictionary(released.schema.field("region").type)
     assert released.schema.field("count").type == pa.int16()
@@ -1431,8 +1435,8 @@ def test_a_column_pandas_stored_as_its_index_is_released(tmp_path):
                       index=pd.Index(np.arange(n) * 10, name="rowkey"))
     df.to_parquet(tmp_path / "indexed.parquet")
     out = tmp_path / "release"
-    microagg_cli("anonymize", tmp_path / "indexed.parquet", out, "--k", 3, "--qi", "q0,q1", "--no-evaluate",
-                 "--scheduler", "synchronous", check=True)
+    microagg_cli("anonymize", "--no-html", tmp_path / "indexed.parquet", out, "--k", 3, "--qi", "q0,q1",
+                 "--no-evaluate", "--scheduler", "synchronous", check=True)
     released = pq.read_table(out)
     assert released.column_names == pq.read_schema(tmp_path / "indexed.parquet").names == ["q0", "q1", "v", "rowkey"]
     assert released.column("rowkey").to_pylist() == df.index.tolist()
@@ -1456,7 +1460,7 @@ def test_invariants_on_100k_rows(tmp_path):
     df = extract(100_000, seed=11)
     path = tmp_path / "big.parquet"
     df.to_parquet(path, index=False)
-    out = _run(tmp_path, "rel", path, "--k", 5, "--identifiers", "person_id", "--qi", ",".join(QI),
+    out = _run(tmp_path, "rel", path, "--no-html", "--k", 5, "--identifiers", "person_id", "--qi", ",".join(QI),
                "--workers", 2)
     released = pd.read_parquet(out)
     assert len(released) == len(df)
@@ -1488,7 +1492,7 @@ def test_real_anonymity_of_a_blocked_release(tmp_path, data):
     """k' = records / distinct released tuples, from the gate's evidence (no pass over the rows), equals
     a count over the written release."""
     root, df = data
-    out = _run(tmp_path, "kprime", root / "four", "--k", 3, *BLOCKED, "--scheduler", "synchronous")
+    out = _run(tmp_path, "kprime", root / "four", "--no-html", "--k", 3, *BLOCKED, "--scheduler", "synchronous")
     report = json.loads((out / "_report.json").read_text())
     released = pd.read_parquet(out)
     assert report["real_anonymity"]["all"] == len(released) / len(released[QI].drop_duplicates())

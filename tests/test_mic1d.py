@@ -70,7 +70,7 @@ def test_constant_columns_are_released_as_they_are_in_memory_and_distributed(tmp
     # every QI constant: the records are released as they are, through the CLI too
     path = tmp_path / "constant.csv"
     df[["c", "d"]].iloc[:30].to_csv(path, index=False)
-    proc = microagg_cli("anonymize", path, tmp_path / "out", "--k", 5, "--method", "mic1d", "--scheduler",
+    proc = microagg_cli("anonymize", "--no-html", path, tmp_path / "out", "--k", 5, "--method", "mic1d", "--scheduler",
                         "synchronous", "--no-evaluate", check=True)
     assert "no QI varies" in proc.stdout and "constant QIs released as they are: c, d" in proc.stdout
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "out"), df[["c", "d"]].iloc[:30])
@@ -163,7 +163,8 @@ def test_cli_on_a_local_cluster_matches_the_synchronous_run(tmp_path):
     for name, extra in (("sync", [CENSUS_CSV, "--scheduler", "synchronous"]),
                         ("local", [source, "--workers", 2, "--block-size", 20, "--blocks-per-task", 1])):
         out = tmp_path / name
-        proc = microagg_cli("anonymize", extra[0], out, "--k", 3000, "--method", "mic1d", *extra[1:], check=True)
+        proc = microagg_cli("anonymize", "--no-html", extra[0], out, "--k", 3000, "--method", "mic1d", *extra[1:],
+                            check=True)
         assert "real anonymity k'" in proc.stdout
         outs.append(out)
     assert (outs[0] / "part-00000.parquet").read_bytes() == (outs[1] / "part-00000.parquet").read_bytes()

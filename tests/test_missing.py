@@ -77,8 +77,8 @@ def test_cli_release_with_missing_values(tmp_path):
     source = tmp_path / "in.parquet"
     df.to_parquet(source, index=False)
     out = tmp_path / "out"
-    proc = microagg_cli("anonymize", source, out, "--k", 5, "--qi", ",".join(QI5), "--identifiers", "person_id",
-                        "--missing", "centroid", "--workers", 2, "--block-size", 300, check=True)
+    proc = microagg_cli("anonymize", "--no-html", source, out, "--k", 5, "--qi", ",".join(QI5), "--identifiers",
+                        "person_id", "--missing", "centroid", "--workers", 2, "--block-size", 300, check=True)
     assert "information loss" in proc.stdout
     released = pd.read_parquet(out)
     assert len(released) == len(df) and not released[QI5].isna().any().any()
@@ -87,8 +87,8 @@ def test_cli_release_with_missing_values(tmp_path):
     assert sum(report["imputed_cells"].values()) == int(df[QI5].isna().sum().sum())
     # the evaluation (on by default) needs complete QIs in both files: off here, and said so
     assert "evaluation" not in report and "not evaluated: with --missing centroid" in proc.stdout
-    refused = microagg_cli("anonymize", source, tmp_path / "other", "--k", 5, "--qi", ",".join(QI5), "--missing",
-                           "centroid", "--evaluate", "--scheduler", "synchronous")
+    refused = microagg_cli("anonymize", "--no-html", source, tmp_path / "other", "--k", 5, "--qi", ",".join(QI5),
+                           "--missing", "centroid", "--evaluate", "--scheduler", "synchronous")
     assert refused.returncode == 2 and "cannot evaluate this release (with --missing centroid" in refused.stderr
     assert not (tmp_path / "other").exists()
 

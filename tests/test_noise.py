@@ -72,7 +72,7 @@ def test_cli_noise_is_reproducible_and_recorded(tmp_path, frame):
     outs = []
     for name, seed, where in (("a", 1, "synchronous"), ("b", 1, "local"), ("c", 2, "synchronous")):
         out = tmp_path / name  # b: the same job on a local cluster of two workers
-        proc = microagg_cli("anonymize", source, out, *common, "--seed", seed, "--scheduler", where,
+        proc = microagg_cli("anonymize", "--no-html", source, out, *common, "--seed", seed, "--scheduler", where,
                             "--workers", 2, check=True)
         assert "noise: laplace, epsilon 2.0" in proc.stdout
         outs.append((out / "part-00000.parquet").read_bytes())
@@ -87,8 +87,8 @@ def test_release_where_keeps_whole_groups(tmp_path, frame):
     frame.to_parquet(source, index=False)
     out = tmp_path / "out"
     condition = "q0 >= 0 and q1 < 2"
-    proc = microagg_cli("anonymize", source, out, "--k", 5, "--qi", ",".join(QI), "--identifiers", "person_id",
-                        "--block-size", 3000, "--release-where", condition, "--workers", 2, check=True)
+    proc = microagg_cli("anonymize", "--no-html", source, out, "--k", 5, "--qi", ",".join(QI), "--identifiers",
+                        "person_id", "--block-size", 3000, "--release-where", condition, "--workers", 2, check=True)
     released = pd.read_parquet(out)
     full = microagg.anonymize(frame, 5, QI, identifiers=["person_id"], block_size=3000)
     expected = full[full.eval(condition)]

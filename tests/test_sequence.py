@@ -101,8 +101,8 @@ def test_cli_sequence_methods_on_a_local_cluster_match_the_synchronous_run(tmp_p
     outs = []
     for name, extra in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", 2, "--block-size", 200])):
         out = tmp_path / name
-        microagg_cli("anonymize", CENSUS_CSV, out, "--k", 3, "--method", "univariate", "--univariate-grouping", "fixed",
-                     *extra, check=True)
+        microagg_cli("anonymize", "--no-html", CENSUS_CSV, out, "--k", 3, "--method", "univariate",
+                     "--univariate-grouping", "fixed", *extra, check=True)
         outs.append(out)
     assert (outs[0] / "part-00000.parquet").read_bytes() == (outs[1] / "part-00000.parquet").read_bytes()
     report = json.loads((outs[0] / "_report.json").read_text())

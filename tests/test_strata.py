@@ -44,7 +44,7 @@ def test_cli_strata_on_a_cluster_equal_synchronous(tmp_path, frame):
     outs = []
     for name, extra in (("sync", ["--scheduler", "synchronous"]), ("local", ["--workers", 2])):
         out = tmp_path / name
-        microagg_cli("anonymize", source, out, *common, *extra, check=True)
+        microagg_cli("anonymize", "--no-html", source, out, *common, *extra, check=True)
         outs.append(out)
     assert (outs[0] / "part-00000.parquet").read_bytes() == (outs[1] / "part-00000.parquet").read_bytes()
     report = json.loads((outs[0] / "_report.json").read_text())
@@ -60,12 +60,12 @@ def test_small_stratum_is_an_error_unless_merged(tmp_path, frame):
     df.to_parquet(source, index=False)
     common = ["--k", 5, "--qi", ",".join(QI), "--identifiers", "person_id", "--strata", "region",
               "--scheduler", "synchronous"]
-    proc = microagg_cli("anonymize", source, tmp_path / "refused", *common)
+    proc = microagg_cli("anonymize", "--no-html", source, tmp_path / "refused", *common)
     assert proc.returncode == 2
     assert "region='islands' (3 rows)" in proc.stderr and "--small-strata merge" in proc.stderr
     assert not (tmp_path / "refused").exists()
     out = tmp_path / "merged"
-    microagg_cli("anonymize", source, out, *common, "--small-strata", "merge", check=True)
+    microagg_cli("anonymize", "--no-html", source, out, *common, "--small-strata", "merge", check=True)
     report = json.loads((out / "_report.json").read_text())
     [merge] = report["strata"]["merged"]
     assert merge["stratum"] == "region='islands'" and merge["rows"] == 3 and merge["into"].startswith("region=")
