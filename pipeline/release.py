@@ -1304,9 +1304,18 @@ def _import_aside(name):
     """Start importing the module ``name`` aside (:func:`_aside`); an import of it elsewhere waits for
     that one to end (Python's import lock per module).
 
-    The report's module imports matplotlib: 0.5-1 s of one core while the workers waited, before the
-    statistics pass began (BENCHMARKS.md, thirty-fifth session)."""
+    The report's module imported matplotlib: 0.5-1 s of one core while the workers waited, before the
+    statistics pass began (BENCHMARKS.md, thirty-fifth session). Its figures' modules are now imported
+    only by the jobs that draw the page (:func:`_import_figure_modules`)."""
     return _aside(f"import-{name}", partial(importlib.import_module, name))
+
+
+def _import_figure_modules():
+    """The report module's and its figures' matplotlib modules (:data:`pipeline.report.FIGURE_MODULES`),
+    imported aside by a job that draws the page."""
+    from . import report
+
+    report.import_figure_modules()
 
 
 def warm_kernels_aside():
@@ -1690,6 +1699,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
                 text = (*columns[1], *text_columns)
                 ddf, input_schema = io.read_input_and_schema(input_path, csv=csv, text=text, warn=False, zeros=zeros)
         page = html_path(output, report_path) if html else None
+        if page is not None:
+            _aside("import-figures", _import_figure_modules)  # while the statistics pass reads
         # written after the commit: a path that cannot be written fails now (one directly in the release,
         # whose directory the commit makes, can be written then)
         if report_path is not None and os.path.dirname(os.path.abspath(report_path)) != os.path.abspath(output):

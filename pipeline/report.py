@@ -57,18 +57,13 @@ the released pieces, its sizes those of the groups. Both keep the dict in the JS
 
 import base64
 import html
+import importlib
 import io
 import math
 import os
 
 import numpy as np
 import pandas as pd
-from matplotlib import style
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.font_manager import FontProperties
-from matplotlib.textpath import text_to_path
-from matplotlib.ticker import EngFormatter, MaxNLocator
 
 from ..kernels import histogram
 from . import metrics
@@ -455,6 +450,19 @@ def _verdict(report, m):
 
 # --- figures -----------------------------------------------------------------------------------------
 
+FIGURE_MODULES = ("matplotlib.style", "matplotlib.backends.backend_agg", "matplotlib.figure",
+                  "matplotlib.font_manager", "matplotlib.textpath", "matplotlib.ticker")
+"""The matplotlib modules the figures use, imported where they are drawn: the report's data summary,
+which every job computes (its page or not), needs none of them, and a job without the page (``--no-html``)
+no longer pays their imports (0.3-0.4 s of one core). A job that draws the page imports them aside while
+its statistics pass reads (:func:`import_figure_modules`, from :func:`microagg.pipeline.release.run`)."""
+
+
+def import_figure_modules():
+    """Import :data:`FIGURE_MODULES` (the figures' first draw then finds them loaded)."""
+    for name in FIGURE_MODULES:
+        importlib.import_module(name)
+
 
 def _figure(width, height):
     """A ``width`` x ``height`` inch figure whose axes the caller places (:func:`_axes`).
@@ -462,6 +470,9 @@ def _figure(width, height):
     No layout engine: matplotlib's constrained layout measured every tick label of every axes before
     drawing them, a third of the page's time (1.5 s against 1.0 s at 13 quasi-identifiers). The
     margins come from the labels' font metrics instead (:func:`_text_width`)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height), dpi=DPI)
     FigureCanvasAgg(fig)
     return fig
@@ -476,6 +487,9 @@ def _axes(fig, left, bottom, width, height):
 def _text_width(labels, size):
     """The widest of ``labels`` at ``size`` points, in inches: the font's metrics (no drawing), with a
     tenth to spare."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import text_to_path
+
     prop = FontProperties(size=size)
     widths = [text_to_path.get_text_width_height_descent(str(t), prop, ismath=False)[0] for t in labels]
     return 1.1 * max(widths, default=0.0) / 72
@@ -512,6 +526,8 @@ def _img(png, alt, cls="plot"):
 
 
 def _fig_group_sizes(sizes, counts, k, source):
+    from matplotlib.ticker import MaxNLocator
+
     width, height = 7.5, 3.2
     left = _LABEL + _text_width([_WIDEST_COUNT], 10) + _TICKS + 0.05
     fig = _figure(width, height)
@@ -545,6 +561,8 @@ def _fig_group_sizes(sizes, counts, k, source):
 
 
 def _fig_distributions(names, edges, original, masked):
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
     d = len(names)
     ncols = min(4, d)
     nrows = -(-d // ncols)
@@ -1094,6 +1112,8 @@ def render_html(report, data=None, figures=None):
             bits.insert(1 if bits else 0, f"k={_fmt(m['k'])}")
         title = "microagg report" + (": " + " ".join(bits) if bits else "")
     names = _names(report, data)
+    from matplotlib import style
+
     with style.context("default"):  # matplotlib's defaults, whatever the user's matplotlibrc says
         sections = [
             ("measures", "measures", _measures_section(report, m)),
