@@ -1836,6 +1836,9 @@ def _draw_figures(report, timings):
     figures = {}
     with timings.stage("html"):
         try:
+            # the figures' modules in the order the aside thread imports them (run), so that this thread
+            # waits for that import instead of importing other modules of the same package meanwhile
+            _import_figure_modules()
             render_html(report, report.get("summary"), figures)
         except Exception:  # the final render draws what is missing, and reports any error itself
             pass
