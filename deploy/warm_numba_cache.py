@@ -29,21 +29,27 @@ def _partition_every_method():
     import microagg
 
     X = np.random.default_rng(0).random((60, 3))
+    column = np.ascontiguousarray(X[:, :1])  # univariate microaggregation partitions one column at a time
     for name in microagg.METHODS:
         if name in ("auto", "mic1d"):
             continue  # auto: the others, each then locally searched (below); mic1d releases values, not groups
-        microagg.partition(X, 3, name)
+        microagg.partition(column if name == "univariate" else X, 3, name)
     for name in ("mdav", "cbfs", "tfrp"):
         microagg.partition(X, 3, name, method_options={"grow": "nc"})
     for order in ("npn", "md", "cbfs"):
         microagg.partition(X, 3, "mhm", method_options={"mhm_order": order})
-    microagg.partition(X, 3, "univariate", method_options={"grouping": "fixed"})
+    microagg.partition(column, 3, "univariate", method_options={"grouping": "fixed"})
     for refine in microagg.REFINERS:
         microagg.partition(X, 3, "mdav", refine=refine)
     microagg.partition(X, 3, "auto")
     # the blocked driver with a sampled split tree (as every extract above 20,000 rows is blocked)
     labels = microagg.partition(X, 3, block_size=20, sample_rows=30, one_block_rows=0)
     microagg.information_loss(X, labels)
+    # the split tree grown on several cores, one level of cells split side by side (a sample of 100,000
+    # rows or more: every input above about 2M rows), with the argument types of pipeline.blocking.build_tree
+    from microagg.pipeline import blocking
+
+    blocking.grow_tree(X, 1.0, 20.0, 0.0, 3, np.empty(0), threads=2, depth=1)
     # kernels of the public API that the releases below do not reach
     from microagg.kernels import decomposition, univariate_optimal
 
@@ -94,6 +100,17 @@ def _releases(root):
     for i, flags in enumerate(runs):
         k = [] if "--k" in flags else ["--k", 3]
         _cli("anonymize", extract, os.path.join(root, f"release-{i}"), *k, *flags)
+    # a CSV input: its rows' shape, separators and whole numbers written with leading zeros are scanned
+    csv = os.path.join(root, "extract.csv")
+    df.to_csv(csv, index=False)
+    _cli("anonymize", csv, os.path.join(root, "release-csv"), "--k", 3, *common)
+    # a CSV file large enough to be cut into blocks (64 MB) is scanned for line breaks inside quoted fields
+    from microagg.pipeline import io
+
+    quoted = os.path.join(root, "quoted.csv")
+    with open(quoted, "w") as fh:
+        fh.write('a,b\n1,"two\nlines"\n2,z\n')
+    io._record_ends(quoted, 0, os.path.getsize(quoted), b",")
     holes = df.copy()
     holes.loc[holes.index[::7], "WAGE"] = np.nan  # --missing centroid: distances over observed coordinates
     missing = os.path.join(root, "missing.parquet")
