@@ -154,6 +154,15 @@ def _kept_floats(ddf, options, columns):
     return tuple(c for c, t in ddf.dtypes.items() if c not in roles and pd.api.types.is_float_dtype(t))
 
 
+def without_dropped_identifiers(ddf, identifiers):
+    """A Parquet input's frame without the identifiers the release drops: never read, nor kept in
+    memory. A Parquet file stores its columns apart, and a person id's are among the costliest to decode:
+    at 10M rows a fifth of the reading's CPU (BENCHMARKS.md, forty-fifth session). A CSV input keeps
+    them: its every field is parsed anyway, and a quote left open may swallow rows into an identifier's
+    value (:func:`pipeline.io.swallowed_rows`)."""
+    return ddf.drop(columns=list(identifiers))
+
+
 def named_as_written(options, columns, evaluation=None, text=()):
     """``(options, evaluation, text)`` with each column they name that is no input column, but one whose
     name has spaces around it (a CSV header written ``id, income, age``: ``--qi income,age``), named as
@@ -1698,6 +1707,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
             if set(text) != {*columns[1], *text_columns} or zeros:
                 text = (*columns[1], *text_columns)
                 ddf, input_schema = io.read_input_and_schema(input_path, csv=csv, text=text, warn=False, zeros=zeros)
+        if not is_csv and columns[1] and not options.hash_identifiers:
+            ddf = without_dropped_identifiers(ddf, columns[1])
         page = html_path(output, report_path) if html else None
         if page is not None:
             _aside("import-figures", _import_figure_modules)  # while the statistics pass reads

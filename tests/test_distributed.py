@@ -1081,6 +1081,31 @@ def test_auto_s_race_is_the_same_release_in_memory_and_from_any_files(tmp_path, 
     assert full_report["information_loss"] <= race_report["information_loss"] * 1.01
 
 
+@pytest.mark.parametrize("hashed", [False, True])
+def test_a_parquet_inputs_dropped_identifiers_are_never_read(tmp_path, data, monkeypatch, hashed):
+    from microagg.pipeline import io, release
+
+    root, df = data
+    read = []
+    table = io.ExactIntegersEngine._read_table.__func__
+
+    def spy(cls, path_or_frag, fs, row_groups, columns, *args, **kwargs):
+        read.append(None if columns is None else list(columns))
+        return table(cls, path_or_frag, fs, row_groups, columns, *args, **kwargs)
+
+    monkeypatch.setattr(io.ExactIntegersEngine, "_read_table", classmethod(spy))
+    options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500,
+                                     blocks_per_task=4, hash_identifiers=hashed)
+    with dask.config.set(scheduler="synchronous"):
+        release.run(root / "four", tmp_path / "out", options, identifier_key=b"key" if hashed else None, html=False)
+    released = pd.read_parquet(tmp_path / "out")
+    assert read and all(columns is not None for columns in read)
+    # dropped: no read asked for the column (a hashed one is read: the release holds its pseudonyms)
+    assert any("person_id" in columns for columns in read) == hashed
+    assert ("person_id" in released.columns) == hashed and len(released) == len(df)
+    assert_k_anonymous(released, QI, 4)
+
+
 def test_hash_identifiers(tmp_path, data):
     root, df = data
     out = tmp_path / "hashed"
