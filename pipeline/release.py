@@ -236,7 +236,7 @@ def plan(ddf, options):
 
 def _partition_sums(part, qi, weights=None, strata=(), shape=None):
     try:
-        X = np.ascontiguousarray(part[qi].to_numpy(dtype=np.float64))
+        X = stats.contiguous(part[qi].to_numpy(dtype=np.float64))  # a view of the partition's block
     except (TypeError, ValueError) as exc:
         raise InputError(f"a quasi-identifier column holds non-numeric values: {exc}") from exc
     sums = stats.chunk(X)
@@ -1334,7 +1334,14 @@ def warm_kernels_aside():
     threads, at the statistics pass's first tasks). For kernels that run in this process (workers that
     are its threads, the synchronous scheduler), called while the cluster starts (BENCHMARKS.md,
     forty-third session)."""
-    return _aside("warm-kernels", partial(stats.chunk, np.zeros((1, 1))))
+    return _aside("warm-kernels", _warm_sums)
+
+
+def _warm_sums():
+    """The exact sums on both layouts they run on: a partition's column-major block (the statistics pass)
+    and a row-major array (the in-memory API)."""
+    stats.chunk(np.zeros((2, 2), order="F"))
+    stats.chunk(np.zeros((2, 2)))
 
 
 @atexit.register

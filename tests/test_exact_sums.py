@@ -196,6 +196,28 @@ def test_layout_does_not_matter():
         expected = stats.chunk(np.ascontiguousarray(view))
         assert (got.sums, got.squares) == (expected.sums, expected.squares)
     assert stats.chunk(np.asfortranarray(X)).sums == whole.sums
+    column_major = stats.chunk(np.asfortranarray(X))
+    for field in ("nans", "infs", "huge", "lo", "hi"):
+        np.testing.assert_array_equal(getattr(column_major, field), getattr(whole, field))
+
+
+def test_the_statistics_pass_sums_a_partitions_block_where_it_lies(monkeypatch):
+    """A pandas partition holds its QIs as one column-major block: the exact sums run on it, not on a
+    row-major copy (104 MB of fresh memory per million rows at 13 QIs)."""
+    import pandas as pd
+
+    from microagg.pipeline import release
+
+    rng = np.random.default_rng(1)
+    part = pd.DataFrame(rng.normal(size=(500, 4)), columns=["a", "b", "c", "d"]).assign(id=np.arange(500))
+    summed = []
+    chunk = stats.chunk
+    monkeypatch.setattr(release.stats, "chunk", lambda X: summed.append(X) or chunk(X))
+    got = release._partition_sums(part, ["a", "b", "c", "d"])
+    (X,) = summed
+    assert np.shares_memory(X, part["a"].to_numpy())
+    expected = stats.chunk(np.ascontiguousarray(part[["a", "b", "c", "d"]].to_numpy()))
+    assert (got[0].sums, got[0].squares) == (expected.sums, expected.squares)
 
 
 @THOROUGH
