@@ -156,8 +156,9 @@ def _kept_floats(ddf, options, columns):
 
 def without_dropped_identifiers(ddf, identifiers):
     """A Parquet input's frame without the identifiers the release drops: never read, nor kept in
-    memory. A Parquet file stores its columns apart, and a person id's are among the costliest to decode:
-    at 10M rows a fifth of the reading's CPU (BENCHMARKS.md, forty-fifth session). A CSV input keeps
+    memory. A Parquet file stores its columns apart, and an identifier of distinct values is costly to
+    decode: the 10M extract's person id took a fifth of the reading's CPU (BENCHMARKS.md, forty-fifth
+    session). A CSV input keeps
     them: its every field is parsed anyway, and a quote left open may swallow rows into an identifier's
     value (:func:`pipeline.io.swallowed_rows`)."""
     return ddf.drop(columns=list(identifiers))

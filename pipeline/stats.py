@@ -49,7 +49,7 @@ def contiguous(X):
     """``X`` as float64, copied only if it is neither row- nor column-contiguous: the exact sums run on
     either layout (a compiled version each) and are the same, values in the same order. A pandas
     partition's QIs come as one column-major block: its row-major copy was 104 MB of fresh memory per
-    million rows at 13 QIs, 0.1-0.3 s of page faults each time (BENCHMARKS.md, forty-fifth session)."""
+    million rows at 13 QIs, up to 0.3 s of page faults each (BENCHMARKS.md, forty-fifth session)."""
     X = np.asarray(X, dtype=np.float64)
     return X if X.flags.c_contiguous or X.flags.f_contiguous else np.ascontiguousarray(X)
 
