@@ -53,7 +53,7 @@ from ..kernels import groups
 from ..kernels import histogram
 from ..kernels import missing as missing_kernels
 from ..kernels import released as released_kernels
-from . import blocking, graph, interrupts, io, metrics, mic1d, sequence, stats, stitch
+from . import blocking, drawing, graph, interrupts, io, metrics, mic1d, sequence, stats, stitch
 from .sequence import check_sequence
 from .strata import check_strata, partition_counts, plan_strata
 from .api import released_table, where_mask
@@ -1718,8 +1718,6 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         if not is_csv and columns[1] and not options.hash_identifiers:
             ddf = without_dropped_identifiers(ddf, columns[1])
         page = html_path(output, report_path) if html else None
-        if page is not None:
-            _aside("import-figures", _import_figure_modules)  # while the statistics pass reads
         # written after the commit: a path that cannot be written fails now (one directly in the release,
         # whose directory the commit makes, can be written then)
         if report_path is not None and os.path.dirname(os.path.abspath(report_path)) != os.path.abspath(output):
@@ -1731,83 +1729,106 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         if io.is_local(input_path):
             _workers_see(io.local_paths(input_path)[0])
     tmp = io.prepare_output(output)
+    with _page_helper(input_path, page) as helper:
+        try:
+            _workers_see(tmp)  # the release's temporary directory, which the workers write into
+            keep = _fits_in_memory(input_path)
+            started = time.perf_counter()
+            row_check = None if rows_in_quotes else io.row_shape(input_path, csv, len(ddf.columns), len(columns[0]))
+            try:
+                released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
+                dtypes = None
+            except CSVTypeChange:  # in the statistics pass, the first over every row
+                with timings.stage("csv types"):
+                    numbers = {**dict.fromkeys(columns[0], "quasi-identifier"),
+                               **({options.weights: "weights"} if options.weights else {})}
+                    ddf, dtypes = io.read_retyped(input_path, numbers, csv=csv, text=text, zeros=zeros)
+                timings.seconds["csv types"] = round(time.perf_counter() - started, 4)  # the failed pass's time too
+                released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
+                report["input_types_widened"] = dtypes
+            except CSVParseError as exc:  # a malformed row: name its file and line
+                raise io.locate_parse_error(input_path, exc, csv=csv) from exc
+            report["input_kept_in_memory"] = keep
+            report.update(input=str(input_path), output=str(output))
+            if csv:
+                report["csv"] = csv
+            if text_columns:
+                report["text_columns"] = list(text_columns)
+            if rows_in_quotes:
+                report["rows_in_quotes_allowed"] = True
+            # the page's data figures are drawn now (only the timings' come later)
+            figures = _draw_figures(report, timings, helper) if page is not None else None
+            with timings.stage("write"):
+                metadata = {k: report[k] for k in ("k", "method", "method_options", "refine", "refine_options",
+                                                   "stitch", "aggregate", "order", "seed", "noise", "epsilon",
+                                                   "release_where",
+                                                   "quasi_identifiers", "information_loss", "version")}
+                schema = io.output_schema(input_schema, released._meta_nonempty, report["quasi_identifiers"],
+                                          report["identifiers_hashed"])
+                released.to_parquet(
+                    tmp,
+                    engine=io.ExactIntegersEngine,  # the pandas metadata of columns read exactly (io.EXACT_FLOATS)
+                    write_index=False,
+                    schema="infer" if schema is None else schema,
+                    name_function=lambda i: f"part-{i:05d}.parquet",
+                    custom_metadata={b"microagg": json.dumps(metadata, sort_keys=True).encode()},
+                    write_metadata_file=False,
+                    # released QIs repeat each value only k..2k-1 times: their dictionaries fill up
+                    # and fall back to plain encoding (measured: a third of the encoding time, for
+                    # files 4% smaller); the other columns keep pyarrow's default
+                    use_dictionary=[c for c in released.columns if c not in report["quasi_identifiers"]],
+                )
+            # the release's graph holds the input and the released pieces in the workers' memory (on a
+            # cluster): let them go before the evaluation reads both files
+            del released
+            if evaluation is not None:
+                report["evaluation"] = _evaluate_written(input_path, tmp, report, evaluation, options.seed, timings,
+                                                         dtypes, csv, text, floats)
+            report["timings"] = timings.seconds
+            if report_extra:
+                report.update(report_extra())
+            default_report = report_path is None
+            report["report"] = str(report_path) if report_path else str(f"{output}/_report.json")
+            report["html"] = page
+            if default_report:
+                if page is not None:
+                    _write_page(f"{tmp}/_report.html", report, timings, figures, helper)
+                _write_json(f"{tmp}/_report.json", report)
+            io.commit_output(tmp, output)
+        except BaseException:
+            io.discard_output(tmp)
+            raise
+        if not default_report:
+            try:
+                if page is not None:
+                    _write_page(page, report, timings, figures, helper)
+                _write_json(report_path, report)
+            except OSError as exc:
+                raise StorageError(f"the release is committed at {output}, but its report could not be written to "
+                                   f"{report_path}: {exc}") from exc
+        return report
+
+
+@contextmanager
+def _page_helper(input_path, page):
+    """The job's :class:`pipeline.drawing.PageHelper` if it writes a ``page`` and its input is large
+    (:func:`pipeline.drawing.start`), closed at the end; else None, the figures' modules then imported
+    aside here while the statistics pass reads."""
+    if page is None:
+        yield None
+        return
     try:
-        _workers_see(tmp)  # the release's temporary directory, which the workers write into
-        keep = _fits_in_memory(input_path)
-        started = time.perf_counter()
-        row_check = None if rows_in_quotes else io.row_shape(input_path, csv, len(ddf.columns), len(columns[0]))
-        try:
-            released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
-            dtypes = None
-        except CSVTypeChange:  # in the statistics pass, the first over every row
-            with timings.stage("csv types"):
-                numbers = {**dict.fromkeys(columns[0], "quasi-identifier"),
-                           **({options.weights: "weights"} if options.weights else {})}
-                ddf, dtypes = io.read_retyped(input_path, numbers, csv=csv, text=text, zeros=zeros)
-            timings.seconds["csv types"] = round(time.perf_counter() - started, 4)  # the failed pass's time too
-            released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
-            report["input_types_widened"] = dtypes
-        except CSVParseError as exc:  # a malformed row: name its file and line
-            raise io.locate_parse_error(input_path, exc, csv=csv) from exc
-        report["input_kept_in_memory"] = keep
-        report.update(input=str(input_path), output=str(output))
-        if csv:
-            report["csv"] = csv
-        if text_columns:
-            report["text_columns"] = list(text_columns)
-        if rows_in_quotes:
-            report["rows_in_quotes_allowed"] = True
-        # the page's data figures are drawn now (only the timings' come later)
-        figures = _draw_figures(report, timings) if page is not None else None
-        with timings.stage("write"):
-            metadata = {k: report[k] for k in ("k", "method", "method_options", "refine", "refine_options",
-                                               "stitch", "aggregate", "order", "seed", "noise", "epsilon",
-                                               "release_where",
-                                               "quasi_identifiers", "information_loss", "version")}
-            schema = io.output_schema(input_schema, released._meta_nonempty, report["quasi_identifiers"],
-                                      report["identifiers_hashed"])
-            released.to_parquet(
-                tmp,
-                engine=io.ExactIntegersEngine,  # the pandas metadata of columns read exactly (io.EXACT_FLOATS)
-                write_index=False,
-                schema="infer" if schema is None else schema,
-                name_function=lambda i: f"part-{i:05d}.parquet",
-                custom_metadata={b"microagg": json.dumps(metadata, sort_keys=True).encode()},
-                write_metadata_file=False,
-                # released QIs repeat each value only k..2k-1 times: their dictionaries fill up
-                # and fall back to plain encoding (measured: a third of the encoding time, for
-                # files 4% smaller); the other columns keep pyarrow's default
-                use_dictionary=[c for c in released.columns if c not in report["quasi_identifiers"]],
-            )
-        # the release's graph holds the input and the released pieces in the workers' memory (on a
-        # cluster): let them go before the evaluation reads both files
-        del released
-        if evaluation is not None:
-            report["evaluation"] = _evaluate_written(input_path, tmp, report, evaluation, options.seed, timings,
-                                                     dtypes, csv, text, floats)
-        report["timings"] = timings.seconds
-        if report_extra:
-            report.update(report_extra())
-        default_report = report_path is None
-        report["report"] = str(report_path) if report_path else str(f"{output}/_report.json")
-        report["html"] = page
-        if default_report:
-            if page is not None:
-                _write_page(f"{tmp}/_report.html", report, timings, figures)
-            _write_json(f"{tmp}/_report.json", report)
-        io.commit_output(tmp, output)
-    except BaseException:
-        io.discard_output(tmp)
-        raise
-    if not default_report:
-        try:
-            if page is not None:
-                _write_page(page, report, timings, figures)
-            _write_json(report_path, report)
-        except OSError as exc:
-            raise StorageError(f"the release is committed at {output}, but its report could not be written to "
-                               f"{report_path}: {exc}") from exc
-    return report
+        size = io.input_bytes(input_path)
+    except Exception:  # an exotic filesystem: drawn here
+        size = 0
+    helper = drawing.start(size)
+    if helper is None:
+        _aside("import-figures", _import_figure_modules)
+    try:
+        yield helper
+    finally:
+        if helper is not None:
+            helper.close()
 
 
 def html_path(output, report_path=None):
@@ -1843,8 +1864,9 @@ def _evaluate_written(input_path, written, report, evaluation, seed, timings, dt
     return {key: result[key] for key in EVALUATION_KEYS if key in result}
 
 
-def _draw_figures(report, timings):
-    """The HTML page's data figures (``render_html``'s ``figures`` cache), drawn before the write.
+def _draw_figures(report, timings, helper=None):
+    """The HTML page's data figures (``render_html``'s ``figures`` cache), drawn before the write, or by
+    the job's ``helper`` (:class:`pipeline.drawing.PageHelper`) beside it.
 
     Not in a thread beside the write: drawing holds the interpreter lock, and the write's tasks (threads
     of this process on the local default) then wait for it at every step. Measured at 1M rows: the
@@ -1853,6 +1875,9 @@ def _draw_figures(report, timings):
     from .report import render_html
 
     figures = {}
+    if helper is not None:
+        helper.draw(report)
+        return figures
     with timings.stage("html"):
         try:
             # the figures' modules in the order the aside thread imports them (run), so that this thread
@@ -1864,12 +1889,16 @@ def _draw_figures(report, timings):
     return figures
 
 
-def _write_page(path, report, timings, figures=None):
-    """The HTML page at ``path``; ``figures``: :func:`_draw_figures`'s result, if drawn."""
-    from .report import write_html
-
+def _write_page(path, report, timings, figures=None, helper=None):
+    """The HTML page at ``path``; ``figures``: :func:`_draw_figures`'s result, if drawn; ``helper``: the
+    job's :class:`pipeline.drawing.PageHelper`, whose page it is unless the helper failed."""
     with timings.stage("html"):
-        write_html(path, report, report.get("summary"), figures)
+        page = None if helper is None else helper.page(report)
+        if page is None:
+            if helper is not None:
+                _import_figure_modules()
+            page = drawing.render_page(report, figures)
+        io.write_atomically(path, page.encode("utf-8"))
 
 
 INPUT_EXPANSION = 6
