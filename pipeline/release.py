@@ -1380,7 +1380,8 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         # may be partitioned differently by Dask's optimizer. On a cluster the input is read once
         # and kept in memory (spilled if need be) for every pass, the final write included.
         # (Local schedulers re-read: persisting a Parquet read there loses partitions in dask 2026.8.)
-        source = persisted(ddf)[0] if _client() is not None and keep_input else ddf
+        # Not waited for: a partition's sums run as soon as it is read, beside the last reads.
+        source = dask.persist(ddf)[0] if _client() is not None and keep_input else ddf
         n_rows, mean, std, lengths, covariance, evidence, missing, lo, hi, complete = column_statistics(
             source, qi, options.weights, options.strata, options.missing, row_check)
         from . import report as report_page  # imported aside meanwhile (or waits for that import to end)

@@ -6,6 +6,7 @@ import hmac
 import json
 import os
 import re
+import threading
 
 import dask
 import dask.dataframe as dd
@@ -1103,6 +1104,50 @@ def test_a_parquet_inputs_dropped_identifiers_are_never_read(tmp_path, data, mon
     # dropped: no read asked for the column (a hashed one is read: the release holds its pseudonyms)
     assert any("person_id" in columns for columns in read) == hashed
     assert ("person_id" in released.columns) == hashed and len(released) == len(df)
+    assert_k_anonymous(released, QI, 4)
+
+
+_SUMMED = threading.Event()  # module-level: the graph's functions below are pickled by reference
+_WAITED = []
+_ORIGINAL = {}
+
+
+def _last_read_waits(cls, path_or_frag, *args, **kwargs):
+    """The engine's read, which waits for a partition's sums before reading the last file."""
+    if str(path_or_frag).endswith("part-3.parquet"):
+        _WAITED.append(_SUMMED.wait(timeout=30))
+    return _ORIGINAL["read"](cls, path_or_frag, *args, **kwargs)
+
+
+def _summing(*args, **kwargs):
+    _SUMMED.set()
+    return _ORIGINAL["sums"](*args, **kwargs)
+
+
+def test_the_statistics_pass_sums_a_partition_while_the_others_are_read(tmp_path, data, monkeypatch):
+    """On a cluster the input is kept in memory (persisted) and summed in one stage, without a barrier
+    between the two: a partition read early is summed beside the last reads. The read of the last file
+    here waits for a partition's sums; before, the sums began once every read had ended (the wait timed
+    out)."""
+    from distributed import Client, LocalCluster
+
+    from microagg.pipeline import io, release
+
+    root, df = data
+    _SUMMED.clear()
+    _WAITED.clear()
+    _ORIGINAL.update(read=io.ExactIntegersEngine._read_table.__func__, sums=release._partition_sums)
+    monkeypatch.setattr(io.ExactIntegersEngine, "_read_table", classmethod(_last_read_waits))
+    monkeypatch.setattr(release, "_partition_sums", _summing)
+    options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500,
+                                     blocks_per_task=4)
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster):
+        report = release.run(str(root / "four"), str(tmp_path / "out"), options, html=False)
+    assert report["input_kept_in_memory"] is True
+    assert _WAITED and all(_WAITED)  # the last file's read (each pass that read it) saw a partition summed
+    released = pd.read_parquet(tmp_path / "out")
+    assert len(released) == len(df)
     assert_k_anonymous(released, QI, 4)
 
 
