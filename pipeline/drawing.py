@@ -13,8 +13,9 @@ split tree), draws the figures beside the write on what the write leaves of them
 page once the write is done. Its page is the one this process would render (:func:`render_page`, on
 both sides; tested). Measured at 10M rows, alternated runs of the same build (BENCHMARKS.md,
 forty-sixth session): from the gate to the end of the job 7.4 / 5.9 / 5.4 s with the page drawn here,
-4.5 / 3.7 / 4.2 s with the helper; the write took no longer beside it. Whatever fails on its side (it cannot start, exits, answers with an error, or not
-within :data:`PAGE_TIMEOUT`) leaves the page to this process, as before, and is logged.
+4.5 / 3.7 / 4.2 s with the helper; the write took no longer beside it. Whatever fails on its side (it
+cannot start, exits, answers with an error, or not within :data:`PAGE_TIMEOUT`) leaves the page to this
+process, as before, and is logged.
 """
 
 import logging

@@ -1729,11 +1729,12 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
             raise InputError(clash)
         if io.is_local(input_path):
             _workers_see(io.local_paths(input_path)[0])
-    tmp = io.prepare_output(output)
-    with _page_helper(input_path, page) as helper:
+    size = _stored_bytes(input_path)
+    with _page_helper(size, page) as helper:
+        tmp = io.prepare_output(output)
         try:
             _workers_see(tmp)  # the release's temporary directory, which the workers write into
-            keep = _fits_in_memory(input_path)
+            keep = _fits_in_memory(size)
             started = time.perf_counter()
             row_check = None if rows_in_quotes else io.row_shape(input_path, csv, len(ddf.columns), len(columns[0]))
             try:
@@ -1811,18 +1812,14 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
 
 
 @contextmanager
-def _page_helper(input_path, page):
-    """The job's :class:`pipeline.drawing.PageHelper` if it writes a ``page`` and its input is large
-    (:func:`pipeline.drawing.start`), closed at the end; else None, the figures' modules then imported
-    aside here while the statistics pass reads."""
+def _page_helper(size, page):
+    """The job's :class:`pipeline.drawing.PageHelper` if it writes a ``page`` and its input of ``size``
+    stored bytes is large (:func:`pipeline.drawing.start`; unknown: drawn here), closed at the end; else
+    None, the figures' modules then imported aside here while the statistics pass reads."""
     if page is None:
         yield None
         return
-    try:
-        size = io.input_bytes(input_path)
-    except Exception:  # an exotic filesystem: drawn here
-        size = 0
-    helper = drawing.start(size)
+    helper = drawing.start(size or 0)
     if helper is None:
         _aside("import-figures", _import_figure_modules)
     try:
@@ -1907,17 +1904,22 @@ INPUT_EXPANSION = 6
 frames with string columns take about 5-6 times their snappy Parquet size."""
 
 
-def _fits_in_memory(input_path):
-    """Whether the input, held in memory for every pass, takes at most 40% of the workers' memory
-    (else every pass re-reads it: slower, but memory no longer grows with the input)."""
+def _stored_bytes(input_path):
+    """:func:`pipeline.io.input_bytes` of the input, or None if its filesystem cannot tell."""
+    try:
+        return io.input_bytes(input_path)
+    except Exception:  # an exotic filesystem
+        return None
+
+
+def _fits_in_memory(size):
+    """Whether the input of ``size`` stored bytes (:func:`_stored_bytes`), held in memory for every pass,
+    takes at most 40% of the workers' memory (else every pass re-reads it: slower, but memory no longer
+    grows with the input). An input of unknown size is kept (the former behaviour)."""
     client = _client()
-    if client is None:
+    if client is None or size is None:
         return True
     limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
-    try:
-        size = io.input_bytes(input_path)
-    except Exception:  # an exotic filesystem: keep the former behaviour
-        return True
     return not all(limits) or INPUT_EXPANSION * size <= 0.4 * sum(limits)
 
 
