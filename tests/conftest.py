@@ -1,5 +1,11 @@
+import atexit
+import json
+import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,18 +37,79 @@ def eia():
 
 
 def microagg_cli(*args, check=False, timeout=300):
-    """Run the installed console command as a user would."""
-    exe = Path(sys.executable).with_name("microagg")
-    proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    """Run the installed console command as a user would: a process of its own, with this process's
+    environment, directory and streams captured; forked from the command server (tests/cli_server.py)
+    where it can be, else started as a plain subprocess."""
+    argv = [str(Path(sys.executable).with_name("microagg")), *map(str, args)]
+    proc = _forked(argv, timeout) or subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"microagg {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
     return proc
 
 
+_ENVIRONMENT = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}  # the server's
+_SERVER = {}
+
+
+def _server():
+    """This pytest process's command server, started on first use; None if it cannot serve."""
+    if "proc" not in _SERVER:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "cli_server.py")], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=_ENVIRONMENT, bufsize=0)
+        _SERVER.update(proc=proc, pending=b"")
+        atexit.register(stop_processes, [proc])
+        try:
+            ready = _answer(120).get("ready") is True
+        except TimeoutError:
+            ready = False
+        if not ready:
+            proc.kill()
+            proc.wait()
+    proc = _SERVER["proc"]
+    return proc if proc.poll() is None else None
+
+
+def _answer(timeout):
+    """The server's next answer (a JSON line), waiting at most ``timeout`` seconds (TimeoutError)."""
+    proc, deadline = _SERVER["proc"], time.monotonic() + timeout
+    while b"\n" not in _SERVER["pending"]:
+        if not select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            raise TimeoutError
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            return {}  # the server is gone
+        _SERVER["pending"] += chunk
+    line, _, _SERVER["pending"] = _SERVER["pending"].partition(b"\n")
+    return json.loads(line)
+
+
+def _forked(argv, timeout):
+    """``argv`` run by a child of the command server, as ``subprocess.run`` gives it; None where the
+    server cannot run it: an environment other than the server's (a variable read at import, such as
+    an allocator's, would not take effect), or a server that is gone or refuses."""
+    if {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"} != _ENVIRONMENT:
+        return None
+    server = _server()
+    if server is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="microagg-cli-") as streams:
+        out, err = Path(streams) / "stdout", Path(streams) / "stderr"
+        request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "out": str(out), "err": str(err)}
+        server.stdin.write((json.dumps(request) + "\n").encode())
+        started = _answer(60)
+        if "pid" not in started:
+            return None
+        try:
+            code = _answer(timeout)["code"]
+        except TimeoutError:
+            os.kill(started["pid"], signal.SIGKILL)  # as subprocess.run does past its timeout
+            _answer(60)
+            raise subprocess.TimeoutExpired(argv, timeout, out.read_text(), err.read_text()) from None
+        return subprocess.CompletedProcess(argv, code, out.read_text(), err.read_text())
+
+
 def cluster_address(scheduler_file, workers):
     """The address in a Dask scheduler file, once ``workers`` workers have joined that scheduler."""
-    import json
-
     from distributed import Client
 
     address = json.loads(Path(scheduler_file).read_text())["address"]

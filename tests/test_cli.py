@@ -365,3 +365,34 @@ def test_the_largest_seed_runs(tmp_path, extract):
     out = _release(tmp_path, path, "--qi", ",".join(QI), "--seed", 2**63 - 1, "--refine", "ils", "--iterations", 2,
                    "--no-evaluate", k=4)
     assert json.loads((out / "_report.json").read_text())["seed"] == 2**63 - 1
+
+
+def test_the_suites_forked_command_answers_as_the_command_started_afresh(tmp_path, monkeypatch):
+    """``microagg_cli`` forks the suite's commands from a process that imported microagg once
+    (tests/cli_server.py, 1.5 s of a core saved a command): a forked command gives the exit code,
+    standard output and standard error of the installed command started afresh (a success, a refusal,
+    argparse's own error, in the caller's directory), and one past its timeout is killed as
+    ``subprocess.run`` kills it, the server serving on."""
+    from conftest import _forked
+
+    exe = str(Path(sys.executable).with_name("microagg"))
+    (tmp_path / "in.csv").write_text("Q,B\n" + "".join(f"{'x' if i % 7 == 0 else i},{i % 3}\n" for i in range(40)))
+    monkeypatch.chdir(tmp_path)
+    answers = {}
+    for args in (["--version"], ["methods"], ["anonymize", "--k"],
+                 ["anonymize", "in.csv", "out", "--k", "3", "--qi", "Q,B", "--scheduler", "synchronous"]):
+        forked = _forked([exe, *args], 120)
+        assert forked is not None, "the command server did not run the command"
+        plain = subprocess.run([exe, *args], capture_output=True, text=True, timeout=120)
+        assert (forked.returncode, forked.stdout, forked.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+        answers[args[-1]] = forked
+    assert answers["--version"].returncode == 0 and answers["--version"].stdout.strip()
+    assert answers["methods"].returncode == 0 and "mdav" in answers["methods"].stdout
+    assert answers["--k"].returncode == 2 and "--k" in answers["--k"].stderr
+    refused = answers["synchronous"]
+    assert refused.returncode == 2 and "'Q'" in refused.stderr and "6 row" in refused.stderr
+    assert not (tmp_path / "out").exists()
+    os.mkfifo(tmp_path / "never.csv")  # reading it waits for a writer that never comes
+    with pytest.raises(subprocess.TimeoutExpired):
+        _forked([exe, "anonymize", "never.csv", "never", "--k", "3", "--scheduler", "synchronous"], 5)
+    assert _forked([exe, "--version"], 60).stdout == answers["--version"].stdout
