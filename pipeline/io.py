@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -66,8 +67,12 @@ def resolve_input(path):
                              f"(Dask expands only '*'); as a pattern it would match {len(matched)} file(s) "
                              f"(e.g. {matched[0]!r}): use '*', or give their directory")
         raise InputError(f"input path {path!r} does not exist (or the glob matches nothing)")
+    inside = None
     if len(paths) == 1 and fs.isdir(paths[0]):
         inside = [p for p in fs.find(paths[0]) if not os.path.basename(p).startswith(("_", "."))]
+    if is_local(path):
+        _regular_files(path, inside if inside is not None else paths)
+    if inside is not None:
         if not inside:
             raise InputError(f"input directory {path!r} holds no data files")
         if all(p.lower().endswith(_CSV_SUFFIXES) for p in inside):
@@ -82,6 +87,26 @@ def resolve_input(path):
         f"cannot tell the format of {path!r}: name CSV files *.csv (tab-separated: *.tsv) and Parquet files "
         f"*.parquet (or give a Parquet dataset directory)"
     )
+
+
+def _regular_files(path, files):
+    """Refuses a local input of which a file is a named pipe, a socket or a device: a job reads its input
+    more than once (the columns' types, the statistics, the blocks), which such a file cannot give, and
+    it waited for ever on a pipe no one wrote to, even past a SIGTERM."""
+    odd = {}
+    for name in files:
+        mode = os.stat(name).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            kind = ("a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+            odd.setdefault(name, kind)
+    if odd:
+        name, kind = next(iter(odd.items()))
+        which = f"{name!r} is {kind}" if len(odd) == 1 else f"{len(odd)} of its files are not regular files " \
+                                                            f"({name!r} is {kind})"
+        raise InputError(f"input path {str(path)!r}: {which}: microagg reads its input more than once (its "
+                         f"types, its statistics, its blocks), which a pipe or a device cannot give; write it "
+                         f"to a file first")
 
 
 def is_local(input_path):

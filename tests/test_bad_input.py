@@ -857,3 +857,19 @@ def test_whole_numbers_written_with_leading_zeros_after_the_first_rows_are_relea
     microagg_cli("anonymize", folder, tmp_path / "named", "--k", "3", "--qi", "Q,R", "--identifiers", "id",
                  "--scheduler", "synchronous", "--no-html", "--csv-text", "zip", check=True)
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "named"), released)
+
+
+def test_a_named_pipe_in_the_input_is_refused_not_waited_on(tmp_path):
+    """A named pipe given as the input, or among a directory's files (a device, a socket likewise): a job
+    reads its input more than once, which a pipe cannot give. It waited for ever on a pipe no one wrote
+    to, even past a SIGTERM; it is refused as bad input, naming the file, and nothing is written."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    pd.DataFrame({"a": np.arange(20.0), "b": np.arange(20.0) % 3}).to_csv(folder / "a.csv", index=False)
+    os.mkfifo(folder / "b.csv")
+    for source in (folder / "b.csv", folder):
+        out = tmp_path / "release"
+        proc = microagg_cli("anonymize", source, out, "--k", 3, "--scheduler", "synchronous", timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        assert f"'{folder / 'b.csv'}' is a named pipe" in proc.stderr and "write it to a file first" in proc.stderr
+        assert not out.exists() and not [p for p in os.listdir(tmp_path) if ".microagg-" in p]
