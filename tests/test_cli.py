@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -392,7 +393,9 @@ def test_the_suites_forked_command_answers_as_the_command_started_afresh(tmp_pat
     refused = answers["synchronous"]
     assert refused.returncode == 2 and "'Q'" in refused.stderr and "6 row" in refused.stderr
     assert not (tmp_path / "out").exists()
-    os.mkfifo(tmp_path / "never.csv")  # reading it waits for a writer that never comes
-    with pytest.raises(subprocess.TimeoutExpired):
-        _forked([exe, "anonymize", "never.csv", "never", "--k", "3", "--scheduler", "synchronous"], 5)
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # a "scheduler" that never answers (Dask's
+        # connection waits 30 s for its handshake)
+        address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(subprocess.TimeoutExpired):
+            _forked([exe, "anonymize", "in.csv", "never", "--k", "3", "--qi", "B", "--scheduler", address], 5)
     assert _forked([exe, "--version"], 60).stdout == answers["--version"].stdout
