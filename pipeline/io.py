@@ -95,7 +95,10 @@ def _regular_files(path, files):
     it waited for ever on a pipe no one wrote to, even past a SIGTERM."""
     odd = {}
     for name in files:
-        mode = os.stat(name).st_mode
+        try:
+            mode = os.stat(name).st_mode
+        except OSError:  # a link to nothing: the read names it
+            continue
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
             kind = ("a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
                     else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")

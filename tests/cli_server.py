@@ -19,11 +19,11 @@ import os
 import sys
 import threading
 
-import dask.dataframe  # noqa: E402,F401  (what every command loads)
-import distributed  # noqa: E402,F401
-import pyarrow.parquet  # noqa: E402,F401
+import dask.dataframe  # noqa: F401  (what every command loads)
+import distributed  # noqa: F401
+import pyarrow.parquet  # noqa: F401
 
-from microagg.jobs import cli  # noqa: E402
+from microagg.jobs import cli
 
 
 def _threads():
