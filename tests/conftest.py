@@ -51,6 +51,21 @@ _ENVIRONMENT = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST
 _SERVER = {}
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Each test leaves this process's environment as it found it. ``cli.main`` called in this process
+    sets variables for the processes it starts (``ARROW_DEFAULT_MEMORY_POOL``,
+    ``DASK_LOGGING__DISTRIBUTED``), and they stayed: every later command of this pytest process then
+    differed from the command server's environment and was started afresh (1.5 s of a core each), and
+    the forked command's own test failed when it ran after such a test."""
+    yield
+    for name in set(os.environ) - set(_ENVIRONMENT) - {"PYTEST_CURRENT_TEST"}:
+        del os.environ[name]
+    for name, value in _ENVIRONMENT.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+
+
 def _server():
     """This pytest process's command server, started on first use; None if it cannot serve."""
     if "proc" not in _SERVER:
