@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 
 from . import evaluate, generate, logs
 from . import run as jobrun
@@ -16,6 +17,14 @@ from .flags import RELEASE_DLD_RECORDS, add_cluster_arguments, add_csv_arguments
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 HMAC_KEY_VARIABLE = "MICROAGG_HMAC_KEY"
+STOP_GRACE_VARIABLE = "MICROAGG_STOP_GRACE"
+STOP_GRACE = 10.0
+"""Seconds a job stopped by a signal has to unwind (remove its temporary directory, shut its cluster
+down) before it leaves at once (:func:`_overdue`). An interrupted job unwinds in a second or two; one
+whose task is blocked in a read or write that never returns (a hung network filesystem) waited for
+it in the cluster's shutdown, and then in the interpreter's exit, 30 s or for ever: past a
+scheduler's grace period, which ends it with SIGKILL (Kubernetes' and Slurm's are 30 s by default).
+``$MICROAGG_STOP_GRACE`` sets it."""
 
 
 def _add_anonymize(sub):
@@ -398,7 +407,9 @@ def main(argv=None):
 
     previous = _on_signals()
     _COMMAND["args"] = args
+    _UNWINDING.update(timer=None, reported=False, grace=STOP_GRACE)
     try:
+        _UNWINDING["grace"] = _stop_grace()
         return logs.finished(args, COMMANDS[args.command](args))
     except MicroaggError as exc:
         return logs.failed(args, exc, exc.exit_code, f"microagg: error: {exc}")
@@ -431,6 +442,7 @@ def main(argv=None):
         return logs.failed(args, exc, EXIT_INTERNAL, f"microagg: internal error ({type(exc).__name__}): {exc}. "
                                                      f"Re-run with --debug for the traceback.")
     finally:
+        _reported()  # the timer of a signal's unwinding, if any, is not needed any more
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         interrupts.clear()
@@ -441,6 +453,8 @@ def _interrupted(args, exc):
     """Report the interruption ``exc`` (a ``KeyboardInterrupt``: Ctrl-C, :class:`Terminated`,
     :class:`HungUp`) that ended a command; returns its exit code."""
     code, word, cause = interruption(exc)
+    if not _reported():  # the job overran its grace: the timer's thread has reported it, and is leaving
+        return code
     return logs.failed(args, exc, code, f"microagg: {word}{cause}; {what_was_written()}")
 
 
@@ -504,6 +518,7 @@ def _stop(exc_type):
         if interrupts.requested() is not None:  # again, while the first one's exception unwinds the job
             _stop_now(exc_type())
         interrupts.request(exc_type)
+        _watch_unwinding(exc_type)
         raise exc_type()
 
     return handler
@@ -511,6 +526,71 @@ def _stop(exc_type):
 
 _COMMAND = {}
 """The running command's arguments (``args``), for :func:`_stop_now`'s message."""
+
+_UNWINDING = {"timer": None, "reported": False, "grace": STOP_GRACE}
+"""The job stopped by a signal: the timer of :func:`_overdue`, whether its end has been reported (by
+the command or by the timer: one ``failed`` line whichever comes first), the grace in seconds."""
+_REPORT_LOCK = threading.Lock()
+
+
+def _stop_grace():
+    """``$MICROAGG_STOP_GRACE`` as seconds (:data:`STOP_GRACE` if unset); a usage error if it is not a
+    number of seconds, 0 or more."""
+    text = os.environ.get(STOP_GRACE_VARIABLE)
+    if text is None or not text.strip():
+        return STOP_GRACE
+    try:
+        grace = float(text)
+    except ValueError:
+        grace = -1.0
+    if not 0 <= grace < float("inf"):
+        from ..pipeline.errors import InputError
+
+        raise InputError(f"{STOP_GRACE_VARIABLE}={text!r}: not a number of seconds (0 or more): the time a job "
+                         f"stopped by a signal has to unwind. Nothing was written.")
+    return grace
+
+
+def _watch_unwinding(exc_type):
+    """Start :func:`_overdue`'s timer (once): the job's main thread is about to unwind."""
+    with _REPORT_LOCK:
+        if _UNWINDING["timer"] is None and not _UNWINDING["reported"]:
+            timer = threading.Timer(_UNWINDING["grace"], _overdue, (exc_type,))
+            timer.daemon = True  # never what keeps the process alive
+            timer.name = "microagg-stop-grace"
+            _UNWINDING["timer"] = timer
+            timer.start()
+
+
+def _overdue(exc_type):
+    """The job has not ended :data:`STOP_GRACE` seconds after the signal that stopped it: a thread is
+    blocked (a task in a read that never returns, which the cluster's shutdown waits for). Report it
+    as the signal's failure, and leave at once. No release can be partial (a release is committed by a
+    rename, and no commit follows a signal); a temporary directory left beside the output is removed
+    by the next run."""
+    exc = exc_type()
+    code, word, cause = interruption(exc)
+    with _REPORT_LOCK:
+        if _UNWINDING["reported"]:
+            return
+        _UNWINDING["reported"] = True
+        logs.failed(_COMMAND.get("args"), exc, code,
+                    f"microagg: {word}{cause}: still unwinding {_UNWINDING['grace']:g} s later (a task blocked in a "
+                    f"read or write?): stopped without waiting for it; {what_was_written()}",
+                    stopped_after_grace=_UNWINDING["grace"])
+        _leave(code)
+
+
+def _reported():
+    """The command's end is being reported by the main thread: :func:`_overdue` stays silent. False if
+    the timer has reported it first (the process is leaving)."""
+    with _REPORT_LOCK:
+        if _UNWINDING["reported"]:
+            return False
+        _UNWINDING["reported"] = True
+        if _UNWINDING["timer"] is not None:
+            _UNWINDING["timer"].cancel()
+        return True
 
 
 def _stop_now(exc):
@@ -520,9 +600,12 @@ def _stop_now(exc):
     release can be partial (a release is committed by a rename); a temporary directory left beside
     the output is removed by the next run (:func:`pipeline.io.prepare_output`)."""
     code, word, cause = interruption(exc)
-    logs.failed(_COMMAND.get("args"), exc, code, f"microagg: {word} again{cause}: stopped without waiting for the "
-                                                 f"cluster to shut down; {what_was_written()}")
-    _leave(code)
+    with _REPORT_LOCK:  # one failed line: none if the command's end is already reported
+        if not _UNWINDING["reported"]:
+            _UNWINDING["reported"] = True
+            logs.failed(_COMMAND.get("args"), exc, code, f"microagg: {word} again{cause}: stopped without waiting "
+                                                         f"for the cluster to shut down; {what_was_written()}")
+        _leave(code)
 
 
 def _leave(code):

@@ -212,9 +212,10 @@ def finished(args, code):
     return code
 
 
-def failed(args, exc, code, text):
+def failed(args, exc, code, text, **fields):
     """Report the exception that ended a command; returns ``code``. Text mode prints ``text`` (and
-    with ``--debug`` the traceback first) to stderr; JSON mode emits a ``failed`` event."""
+    with ``--debug`` the traceback first) to stderr; JSON mode emits a ``failed`` event, with
+    ``fields`` added to it."""
     debug = getattr(args, "debug", False)
     if not is_json():
         if debug and not isinstance(exc, KeyboardInterrupt):
@@ -225,7 +226,7 @@ def failed(args, exc, code, text):
     # a lost cluster or a full disk, it says more than the exception's own text)
     message = text.removeprefix("microagg: ").removeprefix("error: ") or str(exc)
     entry = {"level": "ERROR", "logger": "microagg", "message": message, "event": "failed",
-             "command": getattr(args, "command", None), "exit_code": code, "error": type(exc).__name__}
+             "command": getattr(args, "command", None), "exit_code": code, "error": type(exc).__name__, **fields}
     if isinstance(exc, KeyboardInterrupt):
         entry["message"] = f"{interruption(exc)[1]}; {what_was_written()}"
     if isinstance(getattr(exc, "errors", None), list):  # a job file's errors, one per [section] key

@@ -361,6 +361,17 @@ def test_out_of_range_options_are_refused_before_the_input_is_read(tmp_path, fla
     assert not out.exists()
 
 
+@pytest.mark.parametrize("grace", ["soon", "-1", "inf", "nan"])
+def test_a_stop_grace_that_is_not_seconds_is_refused_before_the_input_is_read(tmp_path, monkeypatch, grace):
+    monkeypatch.setenv("MICROAGG_STOP_GRACE", grace)
+    out = tmp_path / "release"
+    proc = microagg_cli("anonymize", tmp_path / "absent.csv", out, "--k", 5, "--scheduler", "synchronous")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (f"microagg: error: MICROAGG_STOP_GRACE={grace!r}: not a number of seconds (0 or "
+                                   f"more): the time a job stopped by a signal has to unwind. Nothing was written.")
+    assert not out.exists()
+
+
 def test_the_largest_seed_runs(tmp_path, extract):
     path, _ = extract
     out = _release(tmp_path, path, "--qi", ",".join(QI), "--seed", 2**63 - 1, "--refine", "ils", "--iterations", 2,

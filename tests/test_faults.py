@@ -49,7 +49,7 @@ class Job:
     """``microagg --log-format json ARGS`` in a process group of its own, its stderr read line by line
     (one JSON object each: jobs/logs.py)."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, program=None, env=None):
         # A test run in the background of a shell without job control (`&` in a script) ignores
         # SIGINT, and under nohup SIGHUP, and a child inherits that: the job would then ignore Ctrl-C
         # or its terminal closing, as it must when started so. It starts with the handlers a job
@@ -60,9 +60,9 @@ class Job:
         for sig, usual in ignored.items():
             signal.signal(sig, usual)
         try:
-            self.proc = subprocess.Popen([str(BIN / "microagg"), "--log-format", "json", *map(str, args)],
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen([*(program or [str(BIN / "microagg")]), "--log-format", "json",
+                                          *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                         text=True, start_new_session=True, env=env)
         finally:
             for sig in ignored:
                 signal.signal(sig, signal.SIG_IGN)
@@ -251,6 +251,50 @@ def test_a_job_interrupted_in_the_middle_exits_with_its_code_and_leaves_nothing(
     assert not any(stage("gate", "started")(e) for e in job.events)  # interrupted in the blocks stage
     assert any(stage("blocks", "interrupted")(e) for e in job.events)
     assert not any(stage("blocks", "done")(e) for e in job.events)
+    assert not out.exists() and not temporaries(out)
+
+
+_BLOCKED_TASK = """
+import threading
+from pathlib import Path
+from microagg.pipeline import release
+
+def _route(part, job):  # a task whose read never returns (a hung network filesystem)
+    Path(__file__).with_name("blocked").touch()
+    threading.Event().wait()
+
+release._route = _route
+"""
+
+
+def test_a_job_whose_task_never_returns_leaves_its_grace_after_a_sigterm(tmp_path, data):
+    """SIGTERM while a task of the job's local cluster is blocked in a read that never returns: the
+    cluster's shutdown waited for the task (30 s, past a scheduler's grace period), where the job now
+    leaves ``MICROAGG_STOP_GRACE`` seconds after the signal, with one failed line saying so and the
+    signal's exit code; nothing is left at the output or beside it. The job is the console command,
+    started with a module that makes its routing tasks block (``_BLOCKED_TASK``)."""
+    _, source = data
+    (tmp_path / "inject").mkdir()
+    (tmp_path / "inject" / "blocked_task.py").write_text(_BLOCKED_TASK)
+    env = {**os.environ, "MICROAGG_STOP_GRACE": "1",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "inject"), os.environ.get("PYTHONPATH", "")])}
+    program = [sys.executable, "-c", "import sys, blocked_task; sys.argv[0] = 'microagg'; "
+                                     "from microagg.jobs.cli import console; console()"]
+    out = tmp_path / "release"
+    job = Job("anonymize", source, out, "--k", 5, *OPTIONS, program=program, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "inject" / "blocked").exists():
+            assert job.proc.poll() is None and time.monotonic() < deadline, job.events[-3:]
+            time.sleep(0.1)
+        job.signal(signal.SIGTERM)
+        got = job.finish(timeout=60)
+    finally:
+        job.stop()
+    assert got == 143, job.events[-3:]
+    (failed,) = [e for e in job.events if e.get("event") == "failed"]
+    assert failed["exit_code"] == 143 and failed["error"] == "Terminated", failed
+    assert failed["message"] == "terminated; nothing was written" and failed["stopped_after_grace"] == 1, failed
     assert not out.exists() and not temporaries(out)
 
 
