@@ -255,6 +255,20 @@ def test_job_pods_run_their_job_file_on_a_cluster_that_shares_the_release_volume
             f"{where}: the release {output} must be on a volume the job pod and the workers share"
 
 
+def test_job_pods_leave_the_job_its_stop_grace_before_the_kubelet_kills_it():
+    """A job pod's grace period (the kubelet's SIGKILL after its SIGTERM) is longer than the job's own
+    (``MICROAGG_STOP_GRACE``: the job leaves by itself then, with its exit code and one line saying so)."""
+    from microagg.jobs import cli
+
+    job_pods = [(where, pod) for where, role, pod in pod_specs() if role == "job"]
+    assert len(job_pods) >= 2
+    for where, pod in job_pods:
+        (main,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in main.get("env", [])}
+        grace = float(env.get(cli.STOP_GRACE_VARIABLE, cli.STOP_GRACE))
+        assert pod.get("terminationGracePeriodSeconds", 30) >= grace + 10, where
+
+
 def test_python_in_manifests_compiles():
     snippets = [(where, c["command"][2]) for where, _, pod in pod_specs() for c in containers(pod)
                 if c.get("command", [])[:2] == ["python", "-c"]]
