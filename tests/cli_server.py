@@ -3,12 +3,12 @@
 Every ``microagg`` process spends about 1.5 s of a core importing pandas, Dask, Numba and microagg
 before it reads an argument, and the suite starts hundreds of them. This server (one per pytest
 process, ``conftest.microagg_cli``) imports all that once, then forks a child per command: the child
-sets the test's environment, directory and arguments, points its standard streams at the caller's
+sets the test's environment, directory, umask and arguments, points its standard streams at the caller's
 files, and runs the console script's own function (``cli.console``), which leaves with its exit code as
 the real command does. Fresh process state for every command, without the imports.
 
 Protocol on the server's standard streams, one JSON line each way: the request
-``{"argv", "env", "cwd", "out", "err"}``, then the answers ``{"pid"}`` (so the caller can kill a child
+``{"argv", "env", "cwd", "umask", "out", "err"}``, then the answers ``{"pid"}`` (so the caller can kill a child
 past its timeout) and ``{"code"}``, the child's exit status as ``subprocess`` gives it. The server
 forks only while it runs no Python thread and no thread beyond those its imports started (the C
 libraries' own: OpenBLAS's and jemalloc's, which prepare for a fork themselves, and may not come back
@@ -58,6 +58,7 @@ def run(request):
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
+    os.umask(request["umask"])  # the modes of the files it writes, as the caller's child would have them
     for fd, path in ((1, request["out"]), (2, request["err"])):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(target, fd)

@@ -109,7 +109,10 @@ def _forked(argv, timeout):
         return None
     with tempfile.TemporaryDirectory(prefix="microagg-cli-") as streams:
         out, err = Path(streams) / "stdout", Path(streams) / "stderr"
-        request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "out": str(out), "err": str(err)}
+        umask = os.umask(0)  # read (there is no other way) and put back
+        os.umask(umask)
+        request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "umask": umask, "out": str(out),
+                   "err": str(err)}
         server.stdin.write((json.dumps(request) + "\n").encode())
         started = _answer(60)
         if "pid" not in started:

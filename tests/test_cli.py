@@ -404,6 +404,17 @@ def test_the_suites_forked_command_answers_as_the_command_started_afresh(tmp_pat
     refused = answers["synchronous"]
     assert refused.returncode == 2 and "'Q'" in refused.stderr and "6 row" in refused.stderr
     assert not (tmp_path / "out").exists()
+    (tmp_path / "ok.csv").write_text("A,B\n" + "".join(f"{i},{i % 3}\n" for i in range(40)))
+    previous = os.umask(0o027)  # the files' modes follow the caller's umask, not the server's
+    try:
+        modes = {}
+        for name, how in (("forked", _forked), ("plain", lambda argv, timeout: subprocess.run(argv, timeout=timeout))):
+            done = how([exe, "anonymize", "ok.csv", name, "--k", "3", "--scheduler", "synchronous", "--no-html"], 120)
+            assert done is not None and done.returncode == 0
+            modes[name] = sorted((p.name, p.stat().st_mode & 0o777) for p in (tmp_path / name).iterdir())
+    finally:
+        os.umask(previous)
+    assert modes["forked"] == modes["plain"] and ("_SUCCESS", 0o640) in modes["forked"], modes
     with socket.create_server(("127.0.0.1", 0)) as silent:  # a "scheduler" that never answers (Dask's
         # connection waits 30 s for its handshake)
         address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
