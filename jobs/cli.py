@@ -530,7 +530,7 @@ _COMMAND = {}
 _UNWINDING = {"timer": None, "reported": False, "grace": STOP_GRACE}
 """The job stopped by a signal: the timer of :func:`_overdue`, whether its end has been reported (by
 the command or by the timer: one ``failed`` line whichever comes first), the grace in seconds."""
-_REPORT_LOCK = threading.Lock()
+_REPORT_LOCK = threading.RLock()  # re-entrant: a signal's handler runs in the main thread, maybe while it holds it
 
 
 def _stop_grace():
