@@ -569,15 +569,20 @@ def _overdue(exc_type):
     rename, and no commit follows a signal); a temporary directory left beside the output is removed
     by the next run."""
     exc = exc_type()
-    code, word, cause = interruption(exc)
-    with _REPORT_LOCK:
-        if _UNWINDING["reported"]:
-            return
-        _UNWINDING["reported"] = True
-        logs.failed(_COMMAND.get("args"), exc, code,
-                    f"microagg: {word}{cause}: still unwinding {_UNWINDING['grace']:g} s later (a task blocked in a "
-                    f"read or write?): stopped without waiting for it; {what_was_written()}",
-                    stopped_after_grace=_UNWINDING["grace"])
+    _, word, cause = interruption(exc)
+    _report_and_leave(exc, f"microagg: {word}{cause}: still unwinding {_UNWINDING['grace']:g} s later (a task "
+                           f"blocked in a read or write?): stopped without waiting for it; {what_was_written()}",
+                      stopped_after_grace=_UNWINDING["grace"])
+
+
+def _report_and_leave(exc, text, **fields):
+    """Report the interruption ``exc`` with ``text`` (:func:`jobs.logs.failed`), unless the
+    command's end is reported already, and leave at once with its exit code."""
+    code = interruption(exc)[0]
+    with _REPORT_LOCK:  # one failed line, whichever thread comes first
+        if not _UNWINDING["reported"]:
+            _UNWINDING["reported"] = True
+            logs.failed(_COMMAND.get("args"), exc, code, text, **fields)
         _leave(code)
 
 
@@ -599,13 +604,9 @@ def _stop_now(exc):
     Dask's shutdown part-way, which printed its tracebacks and then waited for its exit handlers. No
     release can be partial (a release is committed by a rename); a temporary directory left beside
     the output is removed by the next run (:func:`pipeline.io.prepare_output`)."""
-    code, word, cause = interruption(exc)
-    with _REPORT_LOCK:  # one failed line: none if the command's end is already reported
-        if not _UNWINDING["reported"]:
-            _UNWINDING["reported"] = True
-            logs.failed(_COMMAND.get("args"), exc, code, f"microagg: {word} again{cause}: stopped without waiting "
-                                                         f"for the cluster to shut down; {what_was_written()}")
-        _leave(code)
+    _, word, cause = interruption(exc)
+    _report_and_leave(exc, f"microagg: {word} again{cause}: stopped without waiting for the cluster to shut "
+                           f"down; {what_was_written()}")
 
 
 def _leave(code):
