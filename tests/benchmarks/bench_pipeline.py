@@ -30,7 +30,9 @@ column, write Parquet; the best of three runs), measured twice: on a cluster kep
 whole job (a fresh interpreter that imports Dask, starts the cluster, runs, shuts down: what microagg's
 figure includes); and then ``microagg anonymize`` end to end (the CLI in a subprocess, cluster start
 included), on the same synthetic extract (person_id, 13 QIs, region, flag: 16 columns), k=5. Prints
-seconds, rows per second, the ratios to both floors, the time per stage, peak RSS per worker and IL.
+seconds, rows per second, the ratios to both floors, the time per stage, peak RSS per worker and IL,
+and for every whole-job run (microagg's and the floor's) its CPU seconds and the host's steal meanwhile
+(:class:`Cost`): on a shared virtual machine they tell a slow run from a slow host.
 
 ``floors``: the floor alone, kept-cluster and whole-job, on microagg's default shape (one worker process
 of 2 threads) and on ``LocalCluster()``'s default (one worker process per core), at each ``--rows``.
@@ -116,6 +118,7 @@ import functools
 import hashlib
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -123,6 +126,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -290,22 +294,61 @@ def _evaluation(args):
     return () if getattr(args, "evaluate", False) else ("--no-evaluate",)
 
 
+def _host_steal():
+    """Seconds the hypervisor has kept this machine's CPUs from running it since boot (``/proc/stat``'s
+    steal field, all CPUs), or None where the field is not there."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class Cost(NamedTuple):
+    """What a whole job in a subprocess cost beyond its seconds: the CPU seconds of the processes it
+    ran (user and system: ``getrusage`` of the children waited for meanwhile) and the seconds the host
+    took from this machine's CPUs while it ran (``steal``; None where not known). On a shared virtual
+    machine the same job's seconds move with both: a run's cost tells a slow run of the job from a
+    run on a slow host."""
+
+    user: float
+    system: float
+    steal: float | None
+
+    def __str__(self):
+        steal = "" if self.steal is None else f", host steal {self.steal:.1f}"
+        return f"CPU user {self.user:.1f} + system {self.system:.1f} s{steal}"
+
+
+@contextlib.contextmanager
+def _cost():
+    """Yields a list that holds, once the block is left, the :class:`Cost` of the child processes
+    run and waited for inside it."""
+    before, steal, out = resource.getrusage(resource.RUSAGE_CHILDREN), _host_steal(), []
+    yield out
+    after, steal_after = resource.getrusage(resource.RUSAGE_CHILDREN), _host_steal()
+    out.append(Cost(after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime,
+                    None if steal is None or steal_after is None else steal_after - steal))
+
+
 def _anonymize(args, source, release, workers, threads, *extra, env=None, digest=False):
     """``microagg anonymize`` on ``source`` in a subprocess (environment ``env``, default this one's):
-    ``(seconds, report)``; with ``digest``, the report also holds ``release_digest``, the SHA-256 of the
-    release's Parquet files. The release is removed."""
+    ``(seconds, report)``; the report also holds ``bench_cost``, the run's :class:`Cost`, and with
+    ``digest`` ``release_digest``, the SHA-256 of the release's Parquet files. The release is removed."""
     t = time.perf_counter()
     cmd = [str(BIN / "microagg"), "anonymize", str(source), str(release), "--k", str(args.k),
            "--identifiers", "person_id", "--qi", ",".join(QI), "--workers", str(workers),
            "--threads-per-worker", str(threads), "--processes" if args.processes else "--no-processes",
            "--memory-limit", args.memory_limit, "--refine", args.refine, "--stitch", args.stitch, *_evaluation(args),
            *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    with _cost() as cost:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     total = time.perf_counter() - t
     if proc.returncode:
         print(proc.stderr)
         raise SystemExit(proc.returncode)
     report = json.loads((Path(release) / "_report.json").read_text())
+    report["bench_cost"] = cost[0]
     if digest:
         h = hashlib.sha256()
         for part in sorted(Path(release).glob("*.parquet")):
@@ -417,17 +460,20 @@ def whole_floor(source, out, workers, threads, processes, memory_limit):
         _floor_write(client, source, out)
 
 
-def _cold_floor(args, source, out, workers, threads):
+def _cold_floor(args, source, out, workers, threads, costs=None):
     """One run of :func:`whole_floor` in a fresh interpreter (which imports Dask, starts the cluster,
     runs, shuts down and exits), timed from outside as :func:`_anonymize` times the CLI: its seconds
-    (the output removed)."""
+    (the output removed); its :class:`Cost` is appended to ``costs`` if given."""
     call = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
             "from bench_pipeline import whole_floor; whole_floor(*sys.argv[1:])")
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", call, str(source), str(out / "floor"), str(workers),
-                           str(threads), "yes" if args.processes else "no", args.memory_limit],
-                          capture_output=True, text=True, timeout=args.timeout)
+    with _cost() as cost:
+        proc = subprocess.run([sys.executable, "-c", call, str(source), str(out / "floor"), str(workers),
+                               str(threads), "yes" if args.processes else "no", args.memory_limit],
+                              capture_output=True, text=True, timeout=args.timeout)
     seconds = time.perf_counter() - t
+    if costs is not None:
+        costs.append(cost[0])
     shutil.rmtree(out / "floor", ignore_errors=True)
     if proc.returncode:
         last = next((line for line in reversed(proc.stderr.splitlines()) if line.strip()), "")
@@ -486,7 +532,9 @@ def scale(args):
 
     with _floor_cluster(args, source, out, workers, threads) as run_floor:
         floor_run = functools.partial(guarded, run_floor)
-        cold_run = functools.partial(guarded, functools.partial(_cold_floor, args, source, out, workers, threads))
+        cold_costs = []
+        cold_run = functools.partial(guarded, functools.partial(_cold_floor, args, source, out, workers, threads,
+                                                                cold_costs))
         floors = [floor_run() for _ in range(args.floor_runs)]
         colds = [cold_run() for _ in range(args.floor_runs)]
         # microagg's runs (``--runs``; the best is kept, as the floor's), each followed by another run
@@ -511,10 +559,12 @@ def scale(args):
               f"(best of {len(floors)}: {', '.join(f'{r:.2f}' for r in floors)})")
         print(f"the same floor as a whole job (a fresh process, cluster start included, as microagg's figure): "
               f"{cold:.2f} s (best of {len(colds)}: {', '.join(f'{r:.2f}' for r in colds)})")
+        print("  the whole-job floor's runs: " + "; ".join(f"{r:.2f} s ({c})" for r, c in zip(colds, cold_costs)))
     print(f"microagg anonymize (CLI end to end, cluster start included): {total:.2f} s, "
           f"{args.rows / total:,.0f} rows/s"
           + (f", {total / floor:.2f}x the kept-cluster floor, {total / cold:.2f}x the whole-job floor" if floor else "")
           + (f" (best of {args.runs}: {', '.join(f'{r[0]:.2f}' for r in runs)})" if args.runs > 1 else ""))
+    print("  microagg's runs: " + "; ".join(f"{r:.2f} s ({rep['bench_cost']})" for r, rep in runs))
     if paired:
         print(f"  each run against the floors beside it (the better of the runs before and after it): "
               f"kept cluster {', '.join(f'{r:.2f}x' for r in paired)}; "
@@ -581,15 +631,17 @@ def _attempt(args, source, release, workers, threads):
            "--identifiers", "person_id", "--qi", ",".join(QI), "--workers", str(workers),
            "--threads-per-worker", str(threads), "--processes" if args.processes else "--no-processes",
            "--memory-limit", args.memory_limit, "--refine", args.refine, "--stitch", args.stitch, *_evaluation(args)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    sampler = _PeakSampler(proc.pid, args.processes)
-    try:
-        _, stderr = proc.communicate(timeout=args.timeout)
-        code = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # its worker processes too
-        _, stderr = proc.communicate()
-        code = "timeout"
+    with _cost() as cost:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        sampler = _PeakSampler(proc.pid, args.processes)
+        try:
+            _, stderr = proc.communicate(timeout=args.timeout)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # its worker processes too
+            _, stderr = proc.communicate()
+            code = "timeout"
     seconds = time.perf_counter() - t
     peaks = sampler.stop()
     report = None
@@ -599,7 +651,7 @@ def _attempt(args, source, release, workers, threads):
     error = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
     if code == "timeout":  # e.g. workers paused for good: Dask pauses a worker above 80% of its memory limit
         error = f"no exit within {args.timeout:.0f} s, killed" + (f"; last: {error}" if error else "")
-    return {"seconds": seconds, "code": code, "report": report, "sampled": peaks, "error": error}
+    return {"seconds": seconds, "code": code, "report": report, "sampled": peaks, "error": error, "cost": cost[0]}
 
 
 STAGES = ("read", "validate", "statistics", "blocks", "gate", "real anonymity", "write")  # the pipeline's order
@@ -648,7 +700,8 @@ def sweep(args):
         out.mkdir()
         try:
             runs = _floor(args, source, out, workers, threads)
-            colds = [_cold_floor(args, source, out, workers, threads) for _ in range(args.floor_runs)]
+            cold_costs = []
+            colds = [_cold_floor(args, source, out, workers, threads, cold_costs) for _ in range(args.floor_runs)]
         except Exception as exc:  # a tight memory limit may break (or stall) the floor too: say so, go on
             runs = colds = []  # both or neither: the table compares with both
             print(f"floor at {rows:,} rows failed: {type(exc).__name__}: {exc}", flush=True)
@@ -658,7 +711,10 @@ def sweep(args):
         floor = (f"{', '.join(f'{r:.2f}' for r in runs)} s, as whole jobs {', '.join(f'{r:.2f}' for r in colds)} s"
                  if runs else 'not run' if not args.floor_runs else 'failed')
         print(f"done: {rows:,} rows, floor {floor}, microagg "
-              f"{job['seconds']:.1f} s (exit {job['code']})", flush=True)
+              f"{job['seconds']:.1f} s (exit {job['code']}; {job['cost']})", flush=True)
+        if colds:
+            print("  the whole-job floor's runs: " + "; ".join(f"{r:.2f} s ({c})" for r, c in zip(colds, cold_costs)),
+                  flush=True)
     print(f"\n| rows | floor s, kept cluster / whole job (best of {args.floor_runs}) | microagg s | rows/s | "
           f"ratio, kept cluster / whole job | stages s | peak RSS per worker GiB | IL % | finished |")
     print("| ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |")
