@@ -82,22 +82,6 @@ def group_members(labels, n_groups):
 
 
 @jit
-def gather_groups(start, rows, groups):
-    """The rows (ascending) of the groups ``groups``."""
-    total = 0
-    for g in groups:
-        total += start[g + 1] - start[g]
-    out = np.empty(total, dtype=np.int64)
-    t = 0
-    for g in groups:
-        for p in range(start[g], start[g + 1]):
-            out[t] = rows[p]
-            t += 1
-    out.sort()
-    return out
-
-
-@jit
 def attach_leftovers(Z, labels, n_groups):
     """Each unlabelled row (``-1``) joins the group with the nearest centroid (centroids of the
     labelled rows, computed once; the lowest group number on ties)."""
@@ -185,3 +169,68 @@ def file_pieces(row_id, group, n_groups, starts):
         for i in range(cuts[f], cuts[f + 1]):
             rank[i] = index[group[i]]
     return cuts, rank, ids[:t], id_bounds
+
+
+
+@jit
+def record_groups(Z, labels, rows, lo, hi, centroids, radius, sizes, start, count, pool, top, head):
+    """Record the groups ``lo..hi-1``, whose rows are ``rows`` (ascending, every one labelled with one
+    of them), in a task's group table; returns the pool's new top.
+
+    The table, indexed by group id: ``centroids``, ``radius`` (RMS distance to the centroid) and
+    ``sizes`` as :func:`group_shape` gives them, bit for bit (each group's rows summed in ascending
+    order); ``pool[start[g]:start[g] + count[g]]``, the group's rows ascending (written from ``top``
+    on); ``head[i]``, the group whose first row is ``i``, else -1. The groups of a range of rows, in
+    order of first appearance, are then the ``head`` entries of the range that are not -1, and their
+    shapes are the table's: no pass over every row of a split tree's node at each of its planes.
+    """
+    d = Z.shape[1]
+    for g in range(lo, hi):
+        sizes[g] = 0
+        for j in range(d):
+            centroids[g, j] = 0.0
+    for i in rows:
+        head[i] = -1
+        g = labels[i]
+        if sizes[g] == 0:
+            head[i] = g
+        sizes[g] += 1
+        for j in range(d):
+            centroids[g, j] += Z[i, j]
+    fill = top
+    for g in range(lo, hi):
+        for j in range(d):
+            centroids[g, j] /= sizes[g]
+        radius[g] = 0.0
+        start[g] = fill
+        count[g] = 0
+        fill += sizes[g]
+    for i in rows:
+        g = labels[i]
+        acc = 0.0
+        for j in range(d):
+            t = Z[i, j] - centroids[g, j]
+            acc += t * t
+        radius[g] += acc
+        pool[start[g] + count[g]] = i
+        count[g] += 1
+    for g in range(lo, hi):
+        radius[g] = np.sqrt(radius[g] / sizes[g])
+    return fill
+
+
+@jit
+def gather_groups(start, count, pool, groups):
+    """The rows (ascending) of the groups ``groups``, group g's being ``pool[start[g]:start[g] + count[g]]``
+    (:func:`record_groups`' table, or :func:`group_members`' lists with ``count = diff(start)``)."""
+    total = 0
+    for g in groups:
+        total += count[g]
+    out = np.empty(total, dtype=np.int64)
+    t = 0
+    for g in groups:
+        for p in range(start[g], start[g] + count[g]):
+            out[t] = pool[p]
+            t += 1
+    out.sort()
+    return out

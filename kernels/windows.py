@@ -13,7 +13,7 @@ import numpy as np
 
 from ._jit import jit
 from .eigen import principal_axis
-from .groups import compact_labels, gather_groups, group_members
+from .groups import compact_labels, gather_groups, group_members, record_groups
 from .refine import refine
 from .stats import sse
 
@@ -67,6 +67,32 @@ def split_windows(centroids, candidates, sizes, window_rows):
 
 
 @jit
+def _improve_window(Z, labels, members, k, max_size, n_neighbors, sweeps):
+    """The local search on the groups of rows ``members`` (ascending): ``(local, n_new, gain)``, the
+    window's new labels ``0..n_new-1`` (rows in ascending order, groups in order of first appearance)
+    if its SSE drops (``gain`` > 0), else ``gain`` 0."""
+    m = members.shape[0]
+    d = Z.shape[1]
+    sub = np.empty((m, d))
+    old = np.empty(m, dtype=np.int64)
+    for t in range(m):
+        old[t] = labels[members[t]]
+        for j in range(d):
+            sub[t, j] = Z[members[t], j]
+    local, g = compact_labels(old)
+    before = sse(sub, local, g)
+    refine(sub, local, k, max_size, n_neighbors, sweeps)
+    top = 0
+    for t in range(m):
+        if local[t] > top:
+            top = local[t]
+    after = sse(sub, local, top + 1)
+    if after < before:
+        return local, top + 1, before - after
+    return local, top + 1, 0.0
+
+
+@jit
 def improve_windows(Z, labels, n_groups, candidates, centroids, sizes, k, max_size, n_neighbors, sweeps,
                     window_rows):
     """Improve the groups ``candidates`` of ``labels`` (``0..n_groups-1``, rows of ``Z``) window by
@@ -77,31 +103,46 @@ def improve_windows(Z, labels, n_groups, candidates, centroids, sizes, k, max_si
     first appearance, so the result does not depend on how the groups were numbered.
     """
     start, rows = group_members(labels, n_groups)
+    count = start[1:] - start[:-1]
     order, bounds = split_windows(centroids, candidates, sizes, window_rows)
     out = labels.copy()
-    d = Z.shape[1]
     gain = 0.0
     next_id = n_groups
     for w in range(bounds.shape[0] - 1):
-        members = gather_groups(start, rows, order[bounds[w]:bounds[w + 1]])
-        m = members.shape[0]
-        sub = np.empty((m, d))
-        old = np.empty(m, dtype=np.int64)
-        for t in range(m):
-            old[t] = labels[members[t]]
-            for j in range(d):
-                sub[t, j] = Z[members[t], j]
-        local, g = compact_labels(old)
-        before = sse(sub, local, g)
-        refine(sub, local, k, max_size, n_neighbors, sweeps)
-        top = 0
-        for t in range(m):
-            if local[t] > top:
-                top = local[t]
-        after = sse(sub, local, top + 1)
-        if after < before:
-            gain += before - after
-            for t in range(m):
+        members = gather_groups(start, count, rows, order[bounds[w]:bounds[w + 1]])
+        local, n_new, won = _improve_window(Z, labels, members, k, max_size, n_neighbors, sweeps)
+        if won > 0.0:
+            gain += won
+            for t in range(members.shape[0]):
                 out[members[t]] = local[t] + next_id
-            next_id += top + 1
+            next_id += n_new
     return out, gain
+
+
+@jit
+def improve_recorded_windows(Z, labels, candidates, centroids, radius, sizes, start, count, pool, top, head,
+                             next_id, k, max_size, n_neighbors, sweeps, window_rows):
+    """:func:`improve_windows` on a task's recorded groups (:func:`microagg.kernels.groups.record_groups`'
+    table, indexed by group id): ``labels`` (group ids, rows of ``Z``) are changed in place, an improved
+    window's groups get fresh ids from ``next_id`` up and are recorded in the table (the pool from ``top``
+    on, with room for every candidate row; the table with room for a group of k rows each). The windows
+    and their local search are :func:`improve_windows`', bit for bit: a node's candidates given in order
+    of first appearance are its groups in that function's order, with the same shapes.
+
+    Returns ``(gain, next_id, top)``.
+    """
+    order, bounds = split_windows(centroids, candidates, sizes, window_rows)
+    gain = 0.0
+    for w in range(bounds.shape[0] - 1):
+        members = gather_groups(start, count, pool, order[bounds[w]:bounds[w + 1]])
+        local, n_new, won = _improve_window(Z, labels, members, k, max_size, n_neighbors, sweeps)
+        if won > 0.0:
+            if next_id + n_new > sizes.shape[0] or top + members.shape[0] > pool.shape[0]:
+                raise ValueError("the group table has no room for a window's new groups")
+            gain += won
+            for t in range(members.shape[0]):
+                labels[members[t]] = local[t] + next_id
+            top = record_groups(Z, labels, members, next_id, next_id + n_new, centroids, radius, sizes, start,
+                                count, pool, top, head)
+            next_id += n_new
+    return gain, next_id, top

@@ -13,8 +13,9 @@ Windows larger than ``window_rows`` are cut into sub-windows of whole groups by 
 splits of the group centroids along the window's principal direction, so the cost stays linear.
 
 Inside a task the rows are ordered by leaf (depth-first) so that every node of the split tree is a
-contiguous range of rows; relabelling, group shapes and window membership are one-pass kernels
-(:mod:`microagg.kernels.groups`), so stitching a plane costs time linear in the rows below it.
+contiguous range of rows, and every group is recorded once in a table (its shape, its rows, its first
+row: :func:`microagg.kernels.groups.record_groups`) when it is formed, so stitching a plane reads the
+shapes of the groups below it from the table and computes only those of the groups it forms.
 
 Everything here is deterministic: rows are visited in leaf order and, inside a leaf, in global
 row-id order; groups in id order.
@@ -203,7 +204,7 @@ def improve_groups(Z, local, n_groups, candidates, k, solver, settings, shape=No
     gain = 0.0
     next_id = n_groups
     for w in range(len(bounds) - 1):
-        members = groups.gather_groups(start, rows, order[bounds[w]:bounds[w + 1]])
+        members = groups.gather_groups(start, np.diff(start), rows, order[bounds[w]:bounds[w + 1]])
         new, won = improve_window(np.ascontiguousarray(Z[members]), compact(local[members]), k, solver, settings)
         if won > 0:
             gain += won
@@ -227,18 +228,60 @@ def task_order(leaf, tree, task):
 
 
 class _TaskSolver:
-    """Solves the leaves of one task and stitches its planes bottom-up on contiguous row ranges."""
+    """Solves the leaves of one task and stitches its planes bottom-up on contiguous row ranges.
+
+    Every group it forms is recorded in a table (:func:`microagg.kernels.groups.record_groups`: shape,
+    member rows, first row), so a plane's stitching reads its node's groups from the table instead of
+    relabelling and measuring every row below the plane (4 of the 10M job's 19 CPU-s of stitching
+    inside the tasks; BENCHMARKS.md, forty-ninth session). A group keeps its id until a window changes it.
+    """
+
+    first_room = 2
+    """The group table's first size: ``first_room`` groups per k rows, and a pool of ``first_room`` times the
+    task's rows. The blocks' groups take about half of it, the groups the stitching forms the rest; it
+    doubles when they need more."""
 
     def __init__(self, Z, bounds, tree, k, solver, settings, tag_offset=0):
         self.Z, self.bounds, self.tree, self.tag_offset = Z, bounds, tree, tag_offset
         self.k, self.solver, self.settings = k, solver, settings
-        self.labels = np.full(Z.shape[0], -1, dtype=np.int64)
-        self.position = np.arange(Z.shape[0])  # where each row came from (solve reorders a leaf's rows)
+        n, d = Z.shape
+        self.labels = np.full(n, -1, dtype=np.int64)
+        self.position = np.arange(n)  # where each row came from (solve reorders a leaf's rows)
         self.missing = bool(np.isnan(Z).any())
         self.next = 0
         self.leaf_rank = 0
         self.gain = 0.0
         self.race = solver.race()  # auto's portfolio raced over this task's blocks
+        # the group table: centroids, radius, sizes, start, count (by group id); member rows; first rows
+        self.table = (np.empty((0, d)), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64),
+                      np.empty(0, dtype=np.int64))
+        self.pool = np.empty(0, dtype=np.int64)
+        self.top = 0
+        self.head = np.full(n, -1, dtype=np.int64)
+        self._room(self.first_room * (n // max(k, 1)) + 1, self.first_room * n + 1)
+
+    def _room(self, groups_more, rows_more):
+        """Grow the group table to hold ``groups_more`` more groups and the pool ``rows_more`` more rows."""
+        need = self.next + groups_more
+        if need > len(self.table[1]):
+            size = max(need, 2 * len(self.table[1]))
+            grown = tuple(np.empty((size,) + a.shape[1:], dtype=a.dtype) for a in self.table)
+            for a, b in zip(self.table, grown):
+                b[:len(a)] = a
+            self.table = grown
+        need = self.top + rows_more
+        if need > len(self.pool):
+            pool = np.empty(max(need, 2 * len(self.pool)), dtype=np.int64)
+            pool[:self.top] = self.pool[:self.top]
+            self.pool = pool
+
+    def _label(self, s, e, labels, g):
+        """Rows ``s:e`` take the new groups ``labels`` (``0..g-1``), recorded in the table."""
+        self.labels[s:e] = labels + self.next
+        self._room(g, e - s)
+        self.top = groups.record_groups(self.Z, self.labels, np.arange(s, e), self.next, self.next + g, *self.table,
+                                        self.pool, self.top, self.head)
+        self.next += g
 
     def solve(self, s, e, tag):
         """Solve rows ``s:e`` as one block; if they are far more than the tree's blocks (its sample
@@ -252,13 +295,11 @@ class _TaskSolver:
             rest = np.flatnonzero(local < 0)
             if len(rest) < self.k:  # none, or too few for a group of their own: the nearest takes them
                 groups.attach_leftovers(np.ascontiguousarray(self.Z[s:e]), local, g)
-                self.labels[s:e] = local + self.next
-                self.next += g
+                self._label(s, e, local, g)
                 return
             grouped = np.flatnonzero(local >= 0)
             self._reorder(s, e, np.concatenate([grouped, rest]))
-            self.labels[s:s + len(grouped)] = local[grouped] + self.next
-            self.next += g
+            self._label(s, s + len(grouped), local[grouped], g)
             s += len(grouped)
             if e - s <= self.tree.largest:
                 self._solve(self.Z[s:e], slice(s, e), tag, True)
@@ -290,8 +331,7 @@ class _TaskSolver:
                    TOL, False)
             g = int(block.max()) + 1  # a dissolved group leaves fewer (relabelled compactly)
             self.gain += before - kernels.sse(Zb, block, g)
-        self.labels[rows] = block + self.next
-        self.next += g
+        self._label(rows.start, rows.stop, block, g)
 
     def visit(self, ref):
         """Solve the subtree ``ref``; returns ``(start, end, solved)`` of its row range."""
@@ -315,19 +355,29 @@ class _TaskSolver:
 
     def stitch(self, s, e, direction, threshold):
         """Stitch the groups of rows ``s:e`` across one plane."""
-        local, g = groups.compact_labels(self.labels[s:e])
-        Zr = self.Z[s:e]
-        shape = groups.group_shape(Zr, local, g)
-        centroids, radius, _ = shape
-        candidates = np.flatnonzero(near_plane(plane_distance(centroids, direction, threshold), radius,
-                                               self.settings.band))
+        head = self.head[s:e]
+        ids = head[head >= 0]  # the node's groups in order of first appearance
+        centroids, radius, sizes = self.table[:3]
+        candidates = ids[near_plane(plane_distance(centroids[ids], direction, threshold), radius[ids],
+                                    self.settings.band)]
         if len(candidates) < 2:
             return
-        new, gain = improve_groups(Zr, local, g, candidates, self.k, self.solver, self.settings, shape)
+        if self.settings.repartition:  # windows also re-partitioned by the solver: the node relabelled
+            local, g = groups.compact_labels(self.labels[s:e])
+            rank = np.empty(self.next, dtype=np.int64)
+            rank[ids] = np.arange(len(ids))
+            new, gain = improve_groups(self.Z[s:e], local, g, rank[candidates], self.k, self.solver, self.settings,
+                                       (centroids[ids], radius[ids], sizes[ids]))
+            if gain > 0:
+                self._label(s, e, *groups.compact_labels(new))
+                self.gain += gain
+            return
+        rows = int(sizes[candidates].sum())
+        self._room(rows // self.k + 1, rows)  # every group of a window has k rows or more
+        gain, self.next, self.top = windows.improve_recorded_windows(
+            self.Z, self.labels, candidates, *self.table, self.pool, self.top, self.head, self.next, self.k,
+            2 * self.k - 1, self.settings.neighbors, self.settings.window_sweeps, self.settings.window_rows)
         if gain > 0:
-            new, g = groups.compact_labels(new)  # ids stay below the rows' count (compact's fast path)
-            self.labels[s:e] = new + self.next
-            self.next += g
             self.gain += gain
 
 

@@ -544,7 +544,8 @@ def test_group_bookkeeping(raw, seed):
     for group in range(g):
         assert np.array_equal(rows[start[group]:start[group + 1]], np.flatnonzero(local == group))
     chosen = np.random.default_rng(seed).permutation(g)[: max(1, g // 2)]
-    assert np.array_equal(groups.gather_groups(start, rows, chosen), np.flatnonzero(np.isin(local, chosen)))
+    assert np.array_equal(groups.gather_groups(start, np.diff(start), rows, chosen),
+                          np.flatnonzero(np.isin(local, chosen)))
     Z = np.random.default_rng(seed).normal(size=(len(raw), 3))
     centroids, radius, sizes = groups.group_shape(Z, local, g)
     for group in range(g):
@@ -621,6 +622,69 @@ def test_improve_windows_never_raises_sse_and_touches_only_candidates(case, swee
     # group mixes candidate and non-candidate rows
     for label in np.unique(new[~outside]):
         assert not outside[new == label].any()
+
+
+def _recorded(X, labels, g, extra_groups=0, extra_rows=0):
+    """A group table (:func:`groups.record_groups`) of ``labels`` (``0..g-1``, every group present)."""
+    n, d = X.shape
+    table = (np.full((g + extra_groups, d), np.nan), np.full(g + extra_groups, np.nan),
+             np.zeros(g + extra_groups, dtype=np.int64), np.zeros(g + extra_groups, dtype=np.int64),
+             np.zeros(g + extra_groups, dtype=np.int64))
+    pool, head = np.full(n + extra_rows, -1, dtype=np.int64), np.full(n, -7, dtype=np.int64)
+    top = groups.record_groups(X, labels, np.arange(n), 0, g, *table, pool, 0, head)
+    return table, pool, top, head
+
+
+@FAST
+@given(hnp.arrays(np.int64, st.integers(1, 60), elements=st.integers(0, 40)), st.integers(0, 2**32 - 1))
+def test_the_group_table_holds_group_shape_bit_for_bit(raw, seed):
+    local, g = groups.compact_labels(raw)
+    X = np.random.default_rng(seed).normal(size=(len(raw), 4)) * 1e3
+    (centroids, radius, sizes, start, count), pool, top, head = _recorded(X, local, g)
+    want = groups.group_shape(X, local, g)
+    assert np.array_equal(centroids.view(np.uint64), want[0].view(np.uint64))
+    assert np.array_equal(radius.view(np.uint64), want[1].view(np.uint64))
+    assert np.array_equal(sizes, want[2]) and top == len(raw)
+    assert np.array_equal(head[head >= 0], np.arange(g))  # the groups in order of first appearance
+    assert np.array_equal(np.flatnonzero(head >= 0), [np.flatnonzero(local == group)[0] for group in range(g)])
+    for group in range(g):
+        assert np.array_equal(pool[start[group]:start[group] + count[group]], np.flatnonzero(local == group))
+
+
+@FAST
+@given(partitioned(), st.integers(1, 3), st.integers(10, 80), st.integers(0, 2**32 - 1))
+def test_recorded_windows_are_improve_windows_bit_for_bit(case, sweeps, window_rows, seed):
+    X, k, labels = case
+    g = int(labels.max()) + 1
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    chosen = np.sort(np.random.default_rng(seed).permutation(g)[: max(1, g // 2)]).astype(np.int64)
+    centroids, _, sizes = groups.group_shape(X, labels, g)
+    want, want_gain = windows.improve_windows(X, labels, g, chosen, centroids, sizes, k, 2 * k - 1, 4, sweeps,
+                                              window_rows)
+    # the same groups under other ids (ids in reverse order of first appearance), recorded in a table
+    ids = np.arange(g)[::-1].copy()
+    got = ids[labels]
+    rows = int(sizes[chosen].sum())
+    table, pool, top, head = _recorded(X, got, g, rows // k + 1, rows)
+    gain, next_id, new_top = windows.improve_recorded_windows(X, got, ids[chosen], *table, pool, top, head, g, k,
+                                                              2 * k - 1, 4, sweeps, window_rows)
+    assert gain == want_gain
+    assert np.array_equal(stitch_compact(got), stitch_compact(want))  # the same partition
+    # the table is that of the new labels, as if recorded afresh
+    live = np.unique(got)
+    fresh = groups.group_shape(X, groups.compact_labels(got)[0], len(live))
+    order = groups.compact_labels(got)[0]
+    first = [got[np.flatnonzero(order == i)[0]] for i in range(len(live))]
+    assert np.array_equal(table[0][first].view(np.uint64), fresh[0].view(np.uint64))
+    assert np.array_equal(table[2][first], fresh[2])
+    assert np.array_equal(head[head >= 0], first)
+    for group in first:
+        assert np.array_equal(pool[table[3][group]:table[3][group] + table[4][group]], np.flatnonzero(got == group))
+    assert next_id - g == len(np.setdiff1d(live, ids)) and new_top - top == int(np.isin(got, live[live >= g]).sum())
+
+
+def stitch_compact(labels):
+    return groups.compact_labels(np.ascontiguousarray(labels))[0]
 
 
 @FAST
@@ -851,6 +915,28 @@ def test_the_standardized_rows_and_group_shapes_of_rows_in_another_order_are_bit
     for at_rows, plain in zip(groups.group_shape(Z, labels, g, rows),
                               groups.group_shape(np.ascontiguousarray(Z[rows]), labels, g)):
         np.testing.assert_array_equal(at_rows, plain)
+
+
+def test_a_task_whose_group_table_starts_empty_and_grows_solves_it_the_same(monkeypatch):
+    # the table of a task's groups (shapes, members, first rows) grows by doubling when the stitching's new
+    # groups need more room: from one entry on, the partition and the stitching's gain are the same, with
+    # copies of records (their groups formed first) and a stitching deep enough to re-partition windows
+    from microagg.pipeline import blocked, stitch
+    from microagg.pipeline.solver import Solver
+
+    rng = np.random.default_rng(11)
+    Z = rng.normal(size=(4_000, 3))
+    Z[:300] = Z[0]  # 300 copies of one record
+    plan = blocked.Blocking(block_size=250, blocks_per_task=4, one_block_rows=250)
+    solver = Solver.build("mdav")
+    for settings in (stitch.STITCHING["light"], stitch.STITCHING["deep"]):
+        roomy = blocked.blocked_partition(Z, 5, solver, settings, plan, threads=1)
+        monkeypatch.setattr(stitch._TaskSolver, "first_room", 0)
+        tight = blocked.blocked_partition(Z, 5, solver, settings, plan, threads=1)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(tight[0], roomy[0])
+        assert tight[1]["stitch_sse_gain"] == roomy[1]["stitch_sse_gain"] > 0
+        assert tight[1]["tasks"] > 1 and tight[1]["blocks"] > 8
 
 
 def test_a_task_solved_from_its_raw_rows_where_they_are_equals_the_task_solved_from_a_standardized_copy():
