@@ -177,46 +177,32 @@ def record_groups(Z, labels, rows, lo, hi, centroids, radius, sizes, start, coun
     """Record the groups ``lo..hi-1``, whose rows are ``rows`` (ascending, every one labelled with one
     of them), in a task's group table; returns the pool's new top.
 
-    The table, indexed by group id: ``centroids``, ``radius`` (RMS distance to the centroid) and
-    ``sizes`` as :func:`group_shape` gives them, bit for bit (each group's rows summed in ascending
-    order); ``pool[start[g]:start[g] + count[g]]``, the group's rows ascending (written from ``top``
-    on); ``head[i]``, the group whose first row is ``i``, else -1. The groups of a range of rows, in
-    order of first appearance, are then the ``head`` entries of the range that are not -1, and their
-    shapes are the table's: no pass over every row of a split tree's node at each of its planes.
+    The table, indexed by group id: ``centroids``, ``radius`` and ``sizes`` of :func:`group_shape` (each
+    group's rows summed in ascending order, as over any range of rows that holds it);
+    ``pool[start[g]:start[g] + count[g]]``, the group's rows ascending (written from ``top`` on);
+    ``head[i]``, the group whose first row is ``i``, else -1. The groups of a range of rows, in order of
+    first appearance, are then the ``head`` entries of the range that are not -1, and their shapes are
+    the table's: no pass over every row of a split tree's node at each of its planes.
     """
-    d = Z.shape[1]
-    for g in range(lo, hi):
-        sizes[g] = 0
-        for j in range(d):
-            centroids[g, j] = 0.0
-    for i in rows:
-        head[i] = -1
-        g = labels[i]
-        if sizes[g] == 0:
-            head[i] = g
-        sizes[g] += 1
-        for j in range(d):
-            centroids[g, j] += Z[i, j]
-    fill = top
-    for g in range(lo, hi):
-        for j in range(d):
-            centroids[g, j] /= sizes[g]
-        radius[g] = 0.0
-        start[g] = fill
-        count[g] = 0
-        fill += sizes[g]
-    for i in rows:
-        g = labels[i]
-        acc = 0.0
-        for j in range(d):
-            t = Z[i, j] - centroids[g, j]
-            acc += t * t
-        radius[g] += acc
-        pool[start[g] + count[g]] = i
-        count[g] += 1
-    for g in range(lo, hi):
-        radius[g] = np.sqrt(radius[g] / sizes[g])
-    return fill
+    n = rows.shape[0]
+    g = hi - lo
+    local = np.empty(n, dtype=np.int64)
+    for t in range(n):
+        local[t] = labels[rows[t]] - lo
+        head[rows[t]] = -1
+    shape_centroids, shape_radius, shape_sizes = group_shape(Z, local, g, rows)
+    member_start, members = group_members(local, g)
+    for u in range(g):
+        group = lo + u
+        centroids[group] = shape_centroids[u]
+        radius[group] = shape_radius[u]
+        sizes[group] = shape_sizes[u]
+        start[group] = top + member_start[u]
+        count[group] = member_start[u + 1] - member_start[u]
+        head[rows[members[member_start[u]]]] = group
+    for p in range(n):
+        pool[top + p] = rows[members[p]]
+    return top + n
 
 
 @jit
