@@ -171,7 +171,6 @@ def file_pieces(row_id, group, n_groups, starts):
     return cuts, rank, ids[:t], id_bounds
 
 
-
 @jit
 def record_groups(Z, labels, rows, lo, hi, centroids, radius, sizes, start, count, pool, top, head):
     """Record the groups ``lo..hi-1``, whose rows are ``rows`` (ascending, every one labelled with one

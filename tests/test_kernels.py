@@ -669,7 +669,7 @@ def test_recorded_windows_are_improve_windows_bit_for_bit(case, sweeps, window_r
     gain, next_id, new_top = windows.improve_recorded_windows(X, got, ids[chosen], *table, pool, top, head, g, k,
                                                               2 * k - 1, 4, sweeps, window_rows)
     assert gain == want_gain
-    assert np.array_equal(stitch_compact(got), stitch_compact(want))  # the same partition
+    assert np.array_equal(groups.compact_labels(got)[0], groups.compact_labels(want)[0])  # the same partition
     # the table is that of the new labels, as if recorded afresh
     live = np.unique(got)
     fresh = groups.group_shape(X, groups.compact_labels(got)[0], len(live))
@@ -681,10 +681,6 @@ def test_recorded_windows_are_improve_windows_bit_for_bit(case, sweeps, window_r
     for group in first:
         assert np.array_equal(pool[table[3][group]:table[3][group] + table[4][group]], np.flatnonzero(got == group))
     assert next_id - g == len(np.setdiff1d(live, ids)) and new_top - top == int(np.isin(got, live[live >= g]).sum())
-
-
-def stitch_compact(labels):
-    return groups.compact_labels(np.ascontiguousarray(labels))[0]
 
 
 @FAST
