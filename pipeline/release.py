@@ -1168,8 +1168,9 @@ def _per_file(released, n_rows, rows_per_file, func, *args):
     if _one_process():
         # every piece is in this one process's memory: each file task takes its rows from the whole
         # pieces (a binary search each) instead of an exchange of per-file cuts, whose two thousand
-        # small tasks at 10M rows kept the scheduler, not the cores, busy (BENCHMARKS.md)
-        pieces = [p for _, block_pieces in released for p in block_pieces]
+        # small tasks at 10M rows kept the scheduler, not the cores, busy (BENCHMARKS.md); through
+        # bundles of pieces, not every piece, since files x pieces dependencies grow with the square
+        pieces = layer.bundles("pieces", [p for _, block_pieces in released for p in block_pieces])
         places = tuple(tuple(int(c) for c in positions) for positions, block_pieces in released for _ in block_pieces)
         files = [layer.task(("file", i), _from_pieces, func, int(a), int(b), args, places, *pieces)
                  for i, (a, b) in enumerate(zip(starts, stops))]
@@ -1186,11 +1187,11 @@ def _per_file(released, n_rows, rows_per_file, func, *args):
     return out_div, layer.delayed(files)
 
 
-def _from_pieces(func, start, stop, args, places, *released):
-    """``func(start, stop, *args, places, *pieces)`` over whole released pieces (``places``: each
-    piece's column positions), whose rows outside ``start..stop-1`` :func:`_scatter` skips by binary
-    search (the one-process form of :func:`_per_file`)."""
-    return func(start, stop, *args, places, *[(p.row_id, p.group, p.table) for p in released])
+def _from_pieces(func, start, stop, args, places, *bundles):
+    """``func(start, stop, *args, places, *pieces)`` over whole released pieces (in :class:`pipeline.graph.Bundle`
+    objects; ``places``: each piece's column positions), whose rows outside ``start..stop-1``
+    :func:`_scatter` skips by binary search (the one-process form of :func:`_per_file`)."""
+    return func(start, stop, *args, places, *[(p.row_id, p.group, p.table) for b in bundles for p in b])
 
 
 def _one_process():

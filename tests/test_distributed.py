@@ -937,6 +937,34 @@ def test_exchange_plan():
     assert len(graph.exchange_plan(3, 3, 0, rows=10**9)[1]) == 3  # never more merges than pairs
 
 
+def _lengths(*bundles):
+    return [len(output) for bundle in bundles for output in bundle]
+
+
+def test_bundles_give_every_consumer_every_output_through_few_dependencies():
+    """The one-process write's file tasks, which each need every released piece, depend on about
+    sqrt(pieces) bundles of them (P + C sqrt(P) dependencies, not P C: at 30M rows 1,023 pieces and 120
+    files); each consumer still gets every output, in order, and Dask counts a bundle as references."""
+    from dask.sizeof import sizeof
+
+    from microagg.pipeline import graph
+
+    layer = graph.Layer("bundles-test")
+    producers = [layer.task(("out", i), np.arange, i + 1) for i in range(1023)]
+    bundles = layer.bundles("pieces", producers)
+    consumers = [layer.task(("file", c), _lengths, *bundles) for c in range(120)]
+    assert len(bundles) == 32
+    deps = [len(layer._tasks[ref.key].dependencies) for ref in bundles + consumers]
+    assert max(deps[:32]) == 32 and sum(deps[:32]) == 1023  # each output in one bundle
+    assert sum(deps) == 1023 + 120 * 32 < 1023 * 120 / 25
+    results = dask.compute(*layer.delayed(consumers), scheduler="sync")
+    assert all(r == list(range(1, 1024)) for r in results)
+    one = layer.bundles("few", producers[:16])  # up to BUNDLE_MIN outputs: one bundle
+    assert len(one) == 1 and len(layer._tasks[one[0].key].dependencies) == 16
+    outputs = [np.zeros(1000) for _ in range(10)]
+    assert sizeof(graph.Bundle(outputs)) < 1000 < 10 * 8000 <= sizeof(tuple(outputs))
+
+
 def test_dask_api_is_independent_of_partitioning(data):
     _, df = data
     small = df.iloc[:6000]

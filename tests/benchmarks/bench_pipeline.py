@@ -19,6 +19,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py quotes --rows 1000000 --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py ties --rows 1000000 --methods mdav,auto --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py tree --rows 10M,100M
+    .venv/bin/python tests/benchmarks/bench_pipeline.py fanin --rows 10M,30M [--repeat 3]
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -108,6 +109,10 @@ and 100k rows, blocks of 500, 1,000 and 2,500 rows, k = 3, 5 and 10. The IL of e
 ``cpu``: the CLI end to end with the kernels compiled for the host's CPU (Numba's default), for a
 generic x86-64 CPU and for x86-64-v3 (deploy/'s default), each in a Numba cache of its own: seconds,
 the ratio to the host's code, and whether the releases are the same bytes.
+
+``fanin``: the scheduler's cost alone of the one-process write's shape (every output file's task needs
+every released piece), at the default job's pieces and files for each ``--rows``: file tasks that do
+nothing, straight from every piece or through bundles of pieces (``pipeline.graph.Layer.bundles``).
 """
 
 import argparse
@@ -117,6 +122,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import os
 import resource
 import shutil
@@ -128,6 +134,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+import dask
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -831,6 +838,55 @@ def quality(args):
     print(f"| global in-memory MDAV | {time.process_time() - t:.1f} | {_il(Z, labels):.4f} |")
 
 
+FANIN_SHAPES = {10_000_000: (255, 40), 30_000_000: (1023, 120), 100_000_000: (4095, 400)}
+"""Released pieces (block tasks and upper planes) and output files of the default job at these rows."""
+
+
+def _fanin_piece(i):
+    return np.zeros(8) + i
+
+
+def _fanin_file(*pieces):
+    return len(pieces)
+
+
+def fanin(args):
+    """The scheduler's cost of the one-process write's shape alone: every output file's task needs every
+    released piece (``pipeline.release._per_file``). On a LocalCluster of the CLI's default shape, the
+    pieces persisted first, then the file tasks (which do nothing) computed either straight from every
+    piece or through :meth:`pipeline.graph.Layer.bundles`, alternated, best of ``--repeat``: seconds
+    from submission to the last result, and the ratio."""
+    from distributed import Client, LocalCluster, wait
+
+    from microagg.jobs.cluster import NO_WORKER_PROFILER, local_shape
+    from microagg.pipeline import graph
+
+    workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
+    print("| rows | pieces x files | dependencies, direct / bundles | direct s | bundles s | ratio |")
+    print("| ---: | --- | --- | ---: | ---: | ---: |")
+    with dask.config.set(NO_WORKER_PROFILER), \
+            LocalCluster(n_workers=workers, threads_per_worker=threads, processes=args.processes,
+                         dashboard_address=None) as cluster, Client(cluster):
+        for rows in args.sizes:
+            n_pieces, n_files = FANIN_SHAPES.get(rows) or (max(rows // 39_000, 1), -(-rows // 250_000))
+            pieces = dask.persist(*[dask.delayed(_fanin_piece)(i) for i in range(n_pieces)])
+            wait(list(pieces))
+            best = {"direct": np.inf, "bundles": np.inf}
+            for _ in range(args.repeat):
+                for form in best:
+                    layer = graph.Layer(f"fanin-{form}")
+                    inputs = list(pieces) if form == "direct" else layer.bundles("pieces", list(pieces))
+                    files = layer.delayed([layer.task(("file", f), _fanin_file, *inputs) for f in range(n_files)])
+                    t = time.perf_counter()
+                    dask.compute(*files)
+                    best[form] = min(best[form], time.perf_counter() - t)
+            bundles = math.isqrt(n_pieces - 1) + 1 if n_pieces > graph.BUNDLE_MIN else 1
+            print(f"| {rows:,} | {n_pieces:,} x {n_files:,} | {n_pieces * n_files:,} / "
+                  f"{n_pieces + n_files * bundles:,} | {best['direct']:.2f} | {best['bundles']:.2f} | "
+                  f"{best['direct'] / best['bundles']:.1f}x |", flush=True)
+            del pieces
+
+
 def tree(args):
     """The split tree's growth on the client: the one-core kernel against the pipeline's growth on the
     client's cores, on the sample of each ``--rows`` (see the module's docstring)."""
@@ -1282,7 +1338,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
                                          "evaluate", "quality", "floors", "small", "cpu", "files", "csv", "quotes",
-                                         "ties", "tree", "zeros"))
+                                         "ties", "tree", "zeros", "fanin"))
     parser.add_argument("--dld-records", type=int, default=None,
                         help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -1320,12 +1376,12 @@ def main():
                         help="where to cache generated data (default: the temp directory)")
     args = parser.parse_args()
     args.sizes, args.rows = args.rows, args.rows[0]
-    if len(args.sizes) > 1 and args.mode not in ("sweep", "floors", "tree"):
-        parser.error("several --rows are for the sweep, floors and tree modes only")
+    if len(args.sizes) > 1 and args.mode not in ("sweep", "floors", "tree", "fanin"):
+        parser.error("several --rows are for the sweep, floors, tree and fanin modes only")
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
      "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality,
      "floors": floors, "small": small, "cpu": cpu, "files": files, "csv": csv_types, "quotes": quotes,
-     "ties": ties, "tree": tree, "zeros": zeros}[args.mode](args)
+     "ties": ties, "tree": tree, "zeros": zeros, "fanin": fanin}[args.mode](args)
 
 
 if __name__ == "__main__":
