@@ -13,7 +13,7 @@ import numpy as np
 
 from ._jit import jit
 from .eigen import principal_axis
-from .groups import compact_labels, gather_groups, group_members, record_groups
+from .groups import compact_labels, gather_groups, record_groups
 from .refine import refine
 from .stats import sse
 
@@ -93,43 +93,17 @@ def _improve_window(Z, labels, members, k, max_size, n_neighbors, sweeps):
 
 
 @jit
-def improve_windows(Z, labels, n_groups, candidates, centroids, sizes, k, max_size, n_neighbors, sweeps,
-                    window_rows):
-    """Improve the groups ``candidates`` of ``labels`` (``0..n_groups-1``, rows of ``Z``) window by
-    window (:func:`split_windows`) by local search; a window is kept only if its SSE drops.
-
-    Returns ``(new_labels, gain)``: an improved window's groups get fresh ids from ``n_groups`` up,
-    ``gain`` is the SSE won. Rows of a window are visited in ascending order, its groups in order of
-    first appearance, so the result does not depend on how the groups were numbered.
-    """
-    start, rows = group_members(labels, n_groups)
-    count = start[1:] - start[:-1]
-    order, bounds = split_windows(centroids, candidates, sizes, window_rows)
-    out = labels.copy()
-    gain = 0.0
-    next_id = n_groups
-    for w in range(bounds.shape[0] - 1):
-        members = gather_groups(start, count, rows, order[bounds[w]:bounds[w + 1]])
-        local, n_new, won = _improve_window(Z, labels, members, k, max_size, n_neighbors, sweeps)
-        if won > 0.0:
-            gain += won
-            for t in range(members.shape[0]):
-                out[members[t]] = local[t] + next_id
-            next_id += n_new
-    return out, gain
-
-
-@jit
 def improve_recorded_windows(Z, labels, candidates, centroids, radius, sizes, start, count, pool, top, head,
                              next_id, k, max_size, n_neighbors, sweeps, window_rows):
-    """:func:`improve_windows` on a task's recorded groups (:func:`microagg.kernels.groups.record_groups`'
-    table, indexed by group id): ``labels`` (group ids, rows of ``Z``) are changed in place, an improved
-    window's groups get fresh ids from ``next_id`` up and are recorded in the table (the pool from ``top``
-    on, with room for every candidate row; the table with room for a group of k rows each). The windows
-    and their local search are :func:`improve_windows`', bit for bit: a node's candidates given in order
-    of first appearance are its groups in that function's order, with the same shapes.
+    """Improve the groups ``candidates`` of a group table (:func:`microagg.kernels.groups.record_groups`'
+    table, indexed by group id) window by window (:func:`split_windows`) by local search; a window is kept
+    only if its SSE drops. ``labels`` (group ids, rows of ``Z``) are changed in place, an improved window's
+    groups get fresh ids from ``next_id`` up and are recorded in the table (the pool from ``top`` on, with
+    room for every candidate row; the table with room for a group of k rows each). A window's rows are
+    visited in ascending order, its groups in order of first appearance, so the result does not depend on
+    how the groups were numbered.
 
-    Returns ``(gain, next_id, top)``.
+    Returns ``(gain, next_id, top)``: ``gain`` is the SSE won.
     """
     order, bounds = split_windows(centroids, candidates, sizes, window_rows)
     gain = 0.0

@@ -188,16 +188,15 @@ def improve_window(Z, labels, k, solver, settings):
 
 def improve_groups(Z, local, n_groups, candidates, k, solver, settings, shape=None):
     """Re-solve the groups ``candidates`` of ``local`` (labels ``0..n_groups-1`` of ``Z``) window by
-    window (:func:`microagg.kernels.windows.split_windows`). ``shape`` is
-    ``groups.group_shape(Z, local, n_groups)`` if the caller has it.
+    window (:func:`microagg.kernels.windows.split_windows`), each window by :func:`improve_window` (the
+    local search, and a re-partition by the solver: the stitching that re-partitions; the local search
+    alone runs on a :class:`GroupTable`). ``shape`` is ``groups.group_shape(Z, local, n_groups)`` if the
+    caller has it.
 
     Returns ``(new_local, gain)``: improved windows get fresh labels from ``n_groups`` up.
     """
     centroids, _, sizes = shape or groups.group_shape(Z, local, n_groups)
     candidates = np.ascontiguousarray(candidates, dtype=np.int64)
-    if not settings.repartition:  # local search only: the whole loop in one kernel
-        return windows.improve_windows(Z, local, n_groups, candidates, centroids, sizes, k, 2 * k - 1,
-                                       settings.neighbors, settings.window_sweeps, settings.window_rows)
     start, rows = groups.group_members(local, n_groups)
     order, bounds = windows.split_windows(centroids, candidates, sizes, settings.window_rows)
     local = local.copy()
@@ -227,32 +226,26 @@ def task_order(leaf, tree, task):
     return order, start[: len(leaves) + 1]
 
 
-class _TaskSolver:
-    """Solves the leaves of one task and stitches its planes bottom-up on contiguous row ranges.
-
-    Every group it forms is recorded in a table (:func:`microagg.kernels.groups.record_groups`: shape,
-    member rows, first row), so a plane's stitching reads its node's groups from the table instead of
-    relabelling and measuring every row below the plane (4 of the 10M job's 19 CPU-s of stitching
-    inside the tasks; BENCHMARKS.md, forty-ninth session). A group keeps its id until a window changes it.
+class GroupTable:
+    """Every group of a set of rows, recorded once when it forms (:func:`microagg.kernels.groups.record_groups`:
+    its shape, its member rows, its first row), so that re-solving the groups near a plane reads their shapes
+    and members from the table instead of relabelling and measuring every row below the plane (4 of the 10M
+    job's 19 CPU-s of stitching inside the tasks; BENCHMARKS.md, forty-ninth session). A group keeps its id
+    until a window changes it. Holds ``labels`` (group ids, -1 until labelled) of the rows of ``Z``, the array
+    itself, not a copy: rows not labelled yet may be reordered in place.
     """
 
     first_room = 2
-    """The group table's first size: ``first_room`` groups per k rows, and a pool of ``first_room`` times the
-    task's rows. The blocks' groups take about half of it, the groups the stitching forms the rest; it
-    doubles when they need more."""
+    """The table's first size: ``first_room`` groups per k rows, and a pool of ``first_room`` times the rows.
+    The blocks' groups take about half of it, the groups the stitching forms the rest; it doubles when they
+    need more."""
 
-    def __init__(self, Z, bounds, tree, k, solver, settings, tag_offset=0):
-        self.Z, self.bounds, self.tree, self.tag_offset = Z, bounds, tree, tag_offset
-        self.k, self.solver, self.settings = k, solver, settings
+    def __init__(self, Z, k):
         n, d = Z.shape
+        self.Z = Z
         self.labels = np.full(n, -1, dtype=np.int64)
-        self.position = np.arange(n)  # where each row came from (solve reorders a leaf's rows)
-        self.missing = bool(np.isnan(Z).any())
         self.next = 0
-        self.leaf_rank = 0
-        self.gain = 0.0
-        self.race = solver.race()  # auto's portfolio raced over this task's blocks
-        # the group table: centroids, radius, sizes, start, count (by group id); member rows; first rows
+        # centroids, radius, sizes, start, count (by group id); member rows; first rows
         self.table = (np.empty((0, d)), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64),
                       np.empty(0, dtype=np.int64))
         self.pool = np.empty(0, dtype=np.int64)
@@ -261,7 +254,7 @@ class _TaskSolver:
         self._room(self.first_room * (n // max(k, 1)) + 1, self.first_room * n + 1)
 
     def _room(self, groups_more, rows_more):
-        """Grow the group table to hold ``groups_more`` more groups and the pool ``rows_more`` more rows."""
+        """Grow the table to hold ``groups_more`` more groups and the pool ``rows_more`` more rows."""
         need = self.next + groups_more
         if need > len(self.table[1]):
             size = max(need, 2 * len(self.table[1]))
@@ -275,13 +268,45 @@ class _TaskSolver:
             pool[:self.top] = self.pool[:self.top]
             self.pool = pool
 
-    def _label(self, s, e, labels, g):
+    def label(self, s, e, labels, g):
         """Rows ``s:e`` take the new groups ``labels`` (``0..g-1``), recorded in the table."""
         self.labels[s:e] = labels + self.next
         self._room(g, e - s)
         self.top = groups.record_groups(self.Z, self.labels, np.arange(s, e), self.next, self.next + g, *self.table,
                                         self.pool, self.top, self.head)
         self.next += g
+
+    def groups_of(self, s, e):
+        """The groups of rows ``s:e`` (holding all their rows), in order of first appearance."""
+        head = self.head[s:e]
+        return head[head >= 0]
+
+    def improve(self, candidates, k, settings):
+        """The groups ``candidates`` re-solved window by window by the local search
+        (:func:`microagg.kernels.windows.improve_recorded_windows`): improved windows' groups take fresh ids
+        and are recorded. Returns the SSE won."""
+        rows = int(self.table[2][candidates].sum())
+        self._room(rows // k + 1, rows)  # every group of a window has k rows or more
+        gain, self.next, self.top = windows.improve_recorded_windows(
+            self.Z, self.labels, candidates, *self.table, self.pool, self.top, self.head, self.next, k, 2 * k - 1,
+            settings.neighbors, settings.window_sweeps, settings.window_rows)
+        return gain
+
+
+class _TaskSolver:
+    """Solves the leaves of one task and stitches its planes bottom-up on contiguous row ranges, its groups
+    recorded in a :class:`GroupTable`."""
+
+    def __init__(self, Z, bounds, tree, k, solver, settings, tag_offset=0):
+        self.Z, self.bounds, self.tree, self.tag_offset = Z, bounds, tree, tag_offset
+        self.k, self.solver, self.settings = k, solver, settings
+        self.groups = GroupTable(Z, k)
+        self.labels = self.groups.labels
+        self.position = np.arange(Z.shape[0])  # where each row came from (solve reorders a leaf's rows)
+        self.missing = bool(np.isnan(Z).any())
+        self.leaf_rank = 0
+        self.gain = 0.0
+        self.race = solver.race()  # auto's portfolio raced over this task's blocks
 
     def solve(self, s, e, tag):
         """Solve rows ``s:e`` as one block; if they are far more than the tree's blocks (its sample
@@ -295,11 +320,11 @@ class _TaskSolver:
             rest = np.flatnonzero(local < 0)
             if len(rest) < self.k:  # none, or too few for a group of their own: the nearest takes them
                 groups.attach_leftovers(np.ascontiguousarray(self.Z[s:e]), local, g)
-                self._label(s, e, local, g)
+                self.groups.label(s, e, local, g)
                 return
             grouped = np.flatnonzero(local >= 0)
             self._reorder(s, e, np.concatenate([grouped, rest]))
-            self._label(s, s + len(grouped), local[grouped], g)
+            self.groups.label(s, s + len(grouped), local[grouped], g)
             s += len(grouped)
             if e - s <= self.tree.largest:
                 self._solve(self.Z[s:e], slice(s, e), tag, True)
@@ -331,7 +356,7 @@ class _TaskSolver:
                    TOL, False)
             g = int(block.max()) + 1  # a dissolved group leaves fewer (relabelled compactly)
             self.gain += before - kernels.sse(Zb, block, g)
-        self._label(rows.start, rows.stop, block, g)
+        self.groups.label(rows.start, rows.stop, block, g)
 
     def visit(self, ref):
         """Solve the subtree ``ref``; returns ``(start, end, solved)`` of its row range."""
@@ -355,30 +380,23 @@ class _TaskSolver:
 
     def stitch(self, s, e, direction, threshold):
         """Stitch the groups of rows ``s:e`` across one plane."""
-        head = self.head[s:e]
-        ids = head[head >= 0]  # the node's groups in order of first appearance
-        centroids, radius, sizes = self.table[:3]
+        ids = self.groups.groups_of(s, e)
+        centroids, radius, sizes = self.groups.table[:3]
         candidates = ids[near_plane(plane_distance(centroids[ids], direction, threshold), radius[ids],
                                     self.settings.band)]
         if len(candidates) < 2:
             return
         if self.settings.repartition:  # windows also re-partitioned by the solver: the node relabelled
             local, g = groups.compact_labels(self.labels[s:e])
-            rank = np.empty(self.next, dtype=np.int64)
+            rank = np.empty(self.groups.next, dtype=np.int64)
             rank[ids] = np.arange(len(ids))
             new, gain = improve_groups(self.Z[s:e], local, g, rank[candidates], self.k, self.solver, self.settings,
                                        (centroids[ids], radius[ids], sizes[ids]))
             if gain > 0:
-                self._label(s, e, *groups.compact_labels(new))
+                self.groups.label(s, e, *groups.compact_labels(new))
                 self.gain += gain
             return
-        rows = int(sizes[candidates].sum())
-        self._room(rows // self.k + 1, rows)  # every group of a window has k rows or more
-        gain, self.next, self.top = windows.improve_recorded_windows(
-            self.Z, self.labels, candidates, *self.table, self.pool, self.top, self.head, self.next, self.k,
-            2 * self.k - 1, self.settings.neighbors, self.settings.window_sweeps, self.settings.window_rows)
-        if gain > 0:
-            self.gain += gain
+        self.gain += self.groups.improve(candidates, self.k, self.settings)
 
 
 def solve_task(Z, leaf, tree, task, k, solver, settings, tag_offset=0, rows=None, scale=None):
@@ -423,8 +441,13 @@ def stitch_upper(Z, group_ids, k, solver, settings):
     if np.isnan(Z).any():
         Z = Z.copy()
         fill_missing(Z, local, n_groups)
-    labels, gain = improve_groups(Z, local, n_groups, np.arange(n_groups), k, solver, settings)
-    return compact(labels), gain
+    if settings.repartition:
+        labels, gain = improve_groups(Z, local, n_groups, np.arange(n_groups), k, solver, settings)
+        return compact(labels), gain
+    table = GroupTable(np.ascontiguousarray(Z), k)
+    table.label(0, len(local), local, n_groups)
+    gain = table.improve(np.arange(n_groups), k, settings)
+    return compact(table.labels), gain
 
 
 def task_group(task, labels):

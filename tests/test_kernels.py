@@ -603,27 +603,6 @@ def test_split_windows_cuts_whole_groups_by_median(m, d, window_rows, seed):
         assert bounds.tolist() == [0, m]
 
 
-@FAST
-@given(partitioned(), st.integers(1, 3), st.integers(10, 80), st.integers(0, 2**32 - 1))
-def test_improve_windows_never_raises_sse_and_touches_only_candidates(case, sweeps, window_rows, seed):
-    X, k, labels = case
-    g = int(labels.max()) + 1
-    chosen = np.sort(np.random.default_rng(seed).permutation(g)[: max(1, g // 2)]).astype(np.int64)
-    centroids, _, sizes = groups.group_shape(X, labels, g)
-    new, gain = windows.improve_windows(X, labels, g, chosen, centroids, sizes, k, 2 * k - 1, 4, sweeps, window_rows)
-    outside = ~np.isin(labels, chosen)
-    assert np.array_equal(new[outside], labels[outside])
-    sizes = np.bincount(new)
-    assert sizes[sizes > 0].min() >= k and sizes.max() <= 2 * k - 1
-    before, after = naive.sse(X, labels), naive.sse(X, new)
-    assert gain >= 0 and after <= before + 1e-9 * max(1.0, before)
-    np.testing.assert_allclose(before - after, gain, atol=1e-7 * max(1.0, before))
-    # every window is re-solved as a whole: rows of an untouched group keep one label, and no new
-    # group mixes candidate and non-candidate rows
-    for label in np.unique(new[~outside]):
-        assert not outside[new == label].any()
-
-
 def _recorded(X, labels, g, extra_groups=0, extra_rows=0):
     """A group table (:func:`groups.record_groups`) of ``labels`` (``0..g-1``, every group present)."""
     n, d = X.shape
@@ -651,23 +630,51 @@ def test_the_group_table_holds_group_shape_bit_for_bit(raw, seed):
         assert np.array_equal(pool[start[group]:start[group] + count[group]], np.flatnonzero(local == group))
 
 
+def _improve_recorded(X, labels, g, chosen, k, sweeps, window_rows):
+    """:func:`windows.improve_recorded_windows` of the groups ``chosen`` of ``labels`` (``0..g-1``), in a table of
+    their own: ``(new labels, gain, table, pool, top before, top after, head, next id)``."""
+    labels = labels.copy()
+    rows = int(np.isin(labels, chosen).sum())
+    table, pool, top, head = _recorded(X, labels, g, rows // k + 1, rows)
+    gain, next_id, new_top = windows.improve_recorded_windows(X, labels, chosen, *table, pool, top, head, g, k,
+                                                              2 * k - 1, 4, sweeps, window_rows)
+    return labels, gain, table, pool, top, new_top, head, next_id
+
+
 @FAST
 @given(partitioned(), st.integers(1, 3), st.integers(10, 80), st.integers(0, 2**32 - 1))
-def test_recorded_windows_are_improve_windows_bit_for_bit(case, sweeps, window_rows, seed):
+def test_recorded_windows_never_raise_sse_and_touch_only_candidates(case, sweeps, window_rows, seed):
+    X, k, labels = case
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    g = int(labels.max()) + 1
+    chosen = np.sort(np.random.default_rng(seed).permutation(g)[: max(1, g // 2)]).astype(np.int64)
+    new, gain = _improve_recorded(X, labels, g, chosen, k, sweeps, window_rows)[:2]
+    outside = ~np.isin(labels, chosen)
+    assert np.array_equal(new[outside], labels[outside])
+    sizes = np.bincount(new)
+    assert sizes[sizes > 0].min() >= k and sizes.max() <= 2 * k - 1
+    before, after = naive.sse(X, labels), naive.sse(X, new)
+    assert gain >= 0 and after <= before + 1e-9 * max(1.0, before)
+    np.testing.assert_allclose(before - after, gain, atol=1e-7 * max(1.0, before))
+    # every window is re-solved as a whole: rows of an untouched group keep one label, and no new
+    # group mixes candidate and non-candidate rows
+    for label in np.unique(new[~outside]):
+        assert not outside[new == label].any()
+
+
+@FAST
+@given(partitioned(), st.integers(1, 3), st.integers(10, 80), st.integers(0, 2**32 - 1))
+def test_recorded_windows_do_not_depend_on_group_ids_and_record_their_groups(case, sweeps, window_rows, seed):
     X, k, labels = case
     g = int(labels.max()) + 1
     X = np.ascontiguousarray(X, dtype=np.float64)
     chosen = np.sort(np.random.default_rng(seed).permutation(g)[: max(1, g // 2)]).astype(np.int64)
-    centroids, _, sizes = groups.group_shape(X, labels, g)
-    want, want_gain = windows.improve_windows(X, labels, g, chosen, centroids, sizes, k, 2 * k - 1, 4, sweeps,
-                                              window_rows)
-    # the same groups under other ids (ids in reverse order of first appearance), recorded in a table
+    want, want_gain = _improve_recorded(X, labels, g, chosen, k, sweeps, window_rows)[:2]
+    # the same groups under other ids (ids in reverse order of first appearance), the candidates in the
+    # same order: the same partition and gain, bit for bit
     ids = np.arange(g)[::-1].copy()
-    got = ids[labels]
-    rows = int(sizes[chosen].sum())
-    table, pool, top, head = _recorded(X, got, g, rows // k + 1, rows)
-    gain, next_id, new_top = windows.improve_recorded_windows(X, got, ids[chosen], *table, pool, top, head, g, k,
-                                                              2 * k - 1, 4, sweeps, window_rows)
+    got, gain, table, pool, top, new_top, head, next_id = _improve_recorded(X, ids[labels], g, ids[chosen], k, sweeps,
+                                                                            window_rows)
     assert gain == want_gain
     assert np.array_equal(groups.compact_labels(got)[0], groups.compact_labels(want)[0])  # the same partition
     # the table is that of the new labels, as if recorded afresh
@@ -927,7 +934,7 @@ def test_a_task_whose_group_table_starts_empty_and_grows_solves_it_the_same(monk
     solver = Solver.build("mdav")
     for settings in (stitch.STITCHING["light"], stitch.STITCHING["deep"]):
         roomy = blocked.blocked_partition(Z, 5, solver, settings, plan, threads=1)
-        monkeypatch.setattr(stitch._TaskSolver, "first_room", 0)
+        monkeypatch.setattr(stitch.GroupTable, "first_room", 0)
         tight = blocked.blocked_partition(Z, 5, solver, settings, plan, threads=1)
         monkeypatch.undo()
         np.testing.assert_array_equal(tight[0], roomy[0])

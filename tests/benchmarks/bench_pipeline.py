@@ -941,53 +941,51 @@ def _il(Z, labels):
 
 def _profile_blocking(Z, k, solver, stitch):
     """Where the blocked solve's time goes, default layout, one thread: seconds in the block kernels,
-    the stitching inside the tasks and the upper planes' stitching, and the rows the stitching windows
-    re-solved (a row near several planes counts once per plane)."""
+    the blocks' own local-search sweeps, the stitching windows inside the tasks and those of the upper
+    planes, and the rows the stitching windows re-solved (a row near several planes counts once per plane)."""
     from microagg.pipeline import blocked
 
     seconds, calls, rows = collections.Counter(), collections.Counter(), collections.Counter()
-    saved = {name: getattr(stitch, name) for name in ("solve_block", "improve_groups", "stitch_upper")}
-    saved_windows = stitch.windows.improve_windows
+    saved = {"solve_block": stitch.solve_block, "refine": stitch.refine, "stitch_upper": stitch.stitch_upper}
+    saved_windows = stitch.windows.improve_recorded_windows
     upper = []  # inside an upper plane's stitching
 
-    def timed(name):
+    def timed(name, func):
         def call(*a, **kw):
             t = time.process_time()
-            if name == "stitch_upper":
-                upper.append(True)
+            upper.append(name == "stitch_upper")
             try:
-                return saved[name](*a, **kw)
+                return func(*a, **kw)
             finally:
-                if name == "stitch_upper":
-                    upper.pop()
-                key = "improve_groups (upper planes)" if name == "improve_groups" and upper else name
-                seconds[key] += time.process_time() - t
-                calls[key] += 1
+                upper.pop()
+                if name == "windows":
+                    name_ = "windows (upper planes)" if upper and upper[-1] else "windows"
+                    rows["upper planes" if upper and upper[-1] else "inside the tasks"] += int(a[5][a[2]].sum())
+                else:
+                    name_ = name
+                seconds[name_] += time.process_time() - t
+                calls[name_] += 1
         return call
 
-    def counted(Zw, labels, n_groups, candidates, centroids, sizes, *rest):
-        rows["upper planes" if upper else "inside the tasks"] += int(sizes[candidates].sum())
-        return saved_windows(Zw, labels, n_groups, candidates, centroids, sizes, *rest)
-
     try:
-        for name in saved:
-            setattr(stitch, name, timed(name))
-        stitch.windows.improve_windows = counted
+        for name, func in saved.items():
+            setattr(stitch, name, timed(name, func))
+        stitch.windows.improve_recorded_windows = timed("windows", saved_windows)
         t = time.process_time()
         blocked.blocked_partition(Z, k, solver, stitch.STITCHING["light"], threads=1)
         total = time.process_time() - t
     finally:
         for name, func in saved.items():
             setattr(stitch, name, func)
-        stitch.windows.improve_windows = saved_windows
+        stitch.windows.improve_recorded_windows = saved_windows
     print(f"\nprofile of the default layout: {total:.2f} CPU s\n")
     print("| step | calls | CPU s | share |\n| --- | ---: | ---: | ---: |")
-    labels = {"solve_block": "block kernels (the method)", "improve_groups": "stitching inside the tasks",
-              "improve_groups (upper planes)": "stitching of the upper planes"}
+    labels = {"solve_block": "block kernels (the method)", "refine": "the blocks' local-search sweeps",
+              "windows": "stitching windows inside the tasks", "windows (upper planes)": "stitching windows of the upper planes"}
     for key, label in labels.items():
         print(f"| {label} | {calls[key]:,} | {seconds[key]:.2f} | {100 * seconds[key] / total:.0f} % |")
     rest = total - sum(seconds[key] for key in labels)
-    print(f"| the rest (task order, relabelling, group shapes, plane assignment) | | {rest:.2f} | "
+    print(f"| the rest (routing, task order, group table, plane assignment) | | {rest:.2f} | "
           f"{100 * rest / total:.0f} % |")
     print(f"\nrows re-solved by the stitching windows: {rows['inside the tasks']:,} inside the tasks, "
           f"{rows['upper planes']:,} on upper planes ({len(Z):,} rows)")
