@@ -86,16 +86,19 @@ class Layer:
                     out[c].append(self.item(merged, c - ca))
         return out
 
-    def bundles(self, tag, refs):
-        """The references ``refs`` gathered, in order, into about ``sqrt(len(refs))`` :class:`Bundle` tasks of
+    def bundles(self, tag, refs, kept=True):
+        """The references ``refs`` gathered, in order, into about ``sqrt(len(refs))`` bundle tasks of
         consecutive ones: for consumers in one process that each need every one of many producers' outputs.
         Each consumer then depends on the bundles, not on every producer: ``P + C sqrt(P)`` dependencies
         instead of ``P C``, and the scheduler's work grows with them (at 30M rows the 120 output files
         over 1,023 released pieces cost it 4.8 s with no work in the tasks, 0.6 s through bundles;
         BENCHMARKS.md, fiftieth session). A bundle holds its producers' outputs by reference: nothing is
-        copied."""
+        copied. ``kept``: the outputs stay held where they are (persisted), and Dask counts a bundle as its
+        references only (:class:`Bundle`); else a bundle is a tuple that Dask counts in full, as it holds the
+        outputs alone once their own keys are released."""
         parts = 1 if len(refs) <= BUNDLE_MIN else math.isqrt(len(refs) - 1) + 1
-        return [self.task((tag, i), _bundle, *refs[a:b]) for i, (a, b) in enumerate(_ranges(len(refs), parts))]
+        func = _bundle if kept else _bundle_tuple
+        return [self.task((tag, i), func, *refs[a:b]) for i, (a, b) in enumerate(_ranges(len(refs), parts))]
 
     def delayed(self, refs):
         """``Delayed`` objects over the references ``refs``."""
@@ -122,6 +125,10 @@ BUNDLE_MIN = 16
 
 def _bundle(*outputs):
     return Bundle(outputs)
+
+
+def _bundle_tuple(*outputs):
+    return outputs
 
 
 DIRECT_PIECES = 4096

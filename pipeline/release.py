@@ -587,7 +587,8 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
     routed = [layer.task(("route", i), _route, part, job) for i, part in enumerate(frame[columns].to_delayed())]
     shared = _shares_outputs(n_rows, len(qi))
     if shared:
-        packs = [layer.task(("solve", p), _solve_pack_from, job, p, *routed) for p in range(tree.n_packs)]
+        bundles = layer.bundles("routed", routed, kept=False)  # not tasks x partitions dependencies
+        packs = [layer.task(("solve", p), _solve_pack_from, job, p, *bundles) for p in range(tree.n_packs)]
     else:
         inbound = layer.exchange("rows", routed, tree.n_packs, partial(_concat, width=len(qi)), rows=n_rows)
         packs = [layer.task(("solve", p), _solve_pack, job, p, *inbound[p]) for p in range(tree.n_packs)]
@@ -629,10 +630,10 @@ def _shares_outputs(n_rows, width):
                for w in workers)
 
 
-def _solve_pack_from(job, pack, *routed):
-    """:func:`_solve_pack` over its pieces ``routed[i][pack]`` (whole outputs of the routing tasks, in one
-    process: :func:`_shares_outputs`)."""
-    return _solve_pack(job, pack, *[out[pack] for out in routed])
+def _solve_pack_from(job, pack, *bundles):
+    """:func:`_solve_pack` over its pieces ``out[pack]`` of the whole outputs of the routing tasks, in bundles
+    (:meth:`pipeline.graph.Layer.bundles`; in one process: :func:`_shares_outputs`)."""
+    return _solve_pack(job, pack, *[out[pack] for bundle in bundles for out in bundle])
 
 
 def _stitch_upper_from(job, position, slots, *outputs):

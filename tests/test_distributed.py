@@ -963,6 +963,13 @@ def test_bundles_give_every_consumer_every_output_through_few_dependencies():
     assert len(one) == 1 and len(layer._tasks[one[0].key].dependencies) == 16
     outputs = [np.zeros(1000) for _ in range(10)]
     assert sizeof(graph.Bundle(outputs)) < 1000 < 10 * 8000 <= sizeof(tuple(outputs))
+    # outputs not kept elsewhere (the routed rows: their keys are released once bundled): a plain tuple,
+    # which Dask counts in full
+    layer = graph.Layer("bundles-test-alone")
+    alone = layer.bundles("alone", [layer.task(("out", i), np.arange, i + 1) for i in range(40)], kept=False)
+    got = dask.compute(*layer.delayed(alone), scheduler="sync")
+    assert len(got) == 7 and all(type(b) is tuple for b in got)
+    assert [len(a) for b in got for a in b] == list(range(1, 41))
 
 
 def test_dask_api_is_independent_of_partitioning(data):

@@ -110,9 +110,10 @@ and 100k rows, blocks of 500, 1,000 and 2,500 rows, k = 3, 5 and 10. The IL of e
 generic x86-64 CPU and for x86-64-v3 (deploy/'s default), each in a Numba cache of its own: seconds,
 the ratio to the host's code, and whether the releases are the same bytes.
 
-``fanin``: the scheduler's cost alone of the one-process write's shape (every output file's task needs
-every released piece), at the default job's pieces and files for each ``--rows``: file tasks that do
-nothing, straight from every piece or through bundles of pieces (``pipeline.graph.Layer.bundles``).
+``fanin``: the scheduler's cost alone of the one-process job's fan-ins (every output file's task needs
+every released piece; every block task every routing task's output), at the default job's shapes for
+each ``--rows``: consumers that do nothing, straight from every producer or through bundles
+(``pipeline.graph.Layer.bundles``).
 """
 
 import argparse
@@ -838,53 +839,59 @@ def quality(args):
     print(f"| global in-memory MDAV | {time.process_time() - t:.1f} | {_il(Z, labels):.4f} |")
 
 
-FANIN_SHAPES = {10_000_000: (255, 40), 30_000_000: (1023, 120), 100_000_000: (4095, 400)}
-"""Released pieces (block tasks and upper planes) and output files of the default job at these rows."""
+FANIN_SHAPES = {10_000_000: ((255, 40), (10, 128)), 30_000_000: ((1023, 120), (30, 512)),
+                100_000_000: ((4095, 400), (100, 2048))}
+"""The default job's fan-ins at these rows, in one process: released pieces (block tasks and upper planes) x
+output files (the write), and input partitions x block tasks (the routed rows)."""
 
 
 def _fanin_piece(i):
     return np.zeros(8) + i
 
 
-def _fanin_file(*pieces):
-    return len(pieces)
+def _fanin_consumer(*inputs):
+    return len(inputs)
 
 
 def fanin(args):
-    """The scheduler's cost of the one-process write's shape alone: every output file's task needs every
-    released piece (``pipeline.release._per_file``). On a LocalCluster of the CLI's default shape, the
-    pieces persisted first, then the file tasks (which do nothing) computed either straight from every
-    piece or through :meth:`pipeline.graph.Layer.bundles`, alternated, best of ``--repeat``: seconds
-    from submission to the last result, and the ratio."""
+    """The scheduler's cost alone of the one-process job's fan-ins, where each consumer needs every producer's
+    whole output: the write (every output file's task over every released piece,
+    ``pipeline.release._per_file``) and the routed rows (every block task over every routing task's output,
+    ``pipeline.release._solve_pack_from``). On a LocalCluster of the CLI's default shape, the producers
+    persisted first, then consumers that do nothing computed either straight from every producer or through
+    :meth:`pipeline.graph.Layer.bundles`, alternated, best of ``--repeat``: seconds from submission to the
+    last result, and the ratio."""
     from distributed import Client, LocalCluster, wait
 
     from microagg.jobs.cluster import NO_WORKER_PROFILER, local_shape
     from microagg.pipeline import graph
 
     workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
-    print("| rows | pieces x files | dependencies, direct / bundles | direct s | bundles s | ratio |")
-    print("| ---: | --- | --- | ---: | ---: | ---: |")
+    print("| rows | fan-in | producers x consumers | dependencies, direct / bundles | direct s | bundles s | ratio |")
+    print("| ---: | --- | --- | --- | ---: | ---: | ---: |")
     with dask.config.set(NO_WORKER_PROFILER), \
             LocalCluster(n_workers=workers, threads_per_worker=threads, processes=args.processes,
                          dashboard_address=None) as cluster, Client(cluster):
         for rows in args.sizes:
-            n_pieces, n_files = FANIN_SHAPES.get(rows) or (max(rows // 39_000, 1), -(-rows // 250_000))
-            pieces = dask.persist(*[dask.delayed(_fanin_piece)(i) for i in range(n_pieces)])
-            wait(list(pieces))
-            best = {"direct": np.inf, "bundles": np.inf}
-            for _ in range(args.repeat):
-                for form in best:
-                    layer = graph.Layer(f"fanin-{form}")
-                    inputs = list(pieces) if form == "direct" else layer.bundles("pieces", list(pieces))
-                    files = layer.delayed([layer.task(("file", f), _fanin_file, *inputs) for f in range(n_files)])
-                    t = time.perf_counter()
-                    dask.compute(*files)
-                    best[form] = min(best[form], time.perf_counter() - t)
-            bundles = math.isqrt(n_pieces - 1) + 1 if n_pieces > graph.BUNDLE_MIN else 1
-            print(f"| {rows:,} | {n_pieces:,} x {n_files:,} | {n_pieces * n_files:,} / "
-                  f"{n_pieces + n_files * bundles:,} | {best['direct']:.2f} | {best['bundles']:.2f} | "
-                  f"{best['direct'] / best['bundles']:.1f}x |", flush=True)
-            del pieces
+            shapes = FANIN_SHAPES.get(rows) or ((max(rows // 39_000, 1), -(-rows // 250_000)),
+                                                (max(rows // 1_000_000, 1), max(rows // 78_000, 1)))
+            for name, (n_producers, n_consumers), kept in zip(("the write", "routed rows"), shapes, (True, False)):
+                producers = dask.persist(*[dask.delayed(_fanin_piece)(i) for i in range(n_producers)])
+                wait(list(producers))
+                best = {"direct": np.inf, "bundles": np.inf}
+                for _ in range(args.repeat):
+                    for form in best:
+                        layer = graph.Layer(f"fanin-{form}")
+                        inputs = list(producers) if form == "direct" else layer.bundles("in", list(producers), kept)
+                        out = layer.delayed([layer.task(("c", c), _fanin_consumer, *inputs) for c in range(n_consumers)])
+                        t = time.perf_counter()
+                        dask.compute(*out)
+                        best[form] = min(best[form], time.perf_counter() - t)
+                bundles = math.isqrt(n_producers - 1) + 1 if n_producers > graph.BUNDLE_MIN else 1
+                print(f"| {rows:,} | {name} | {n_producers:,} x {n_consumers:,} | {n_producers * n_consumers:,} / "
+                      f"{n_producers + n_consumers * bundles:,} | {best['direct']:.2f} | {best['bundles']:.2f} | "
+                      f"{best['direct'] / best['bundles']:.1f}x |", flush=True)
+                del producers
 
 
 def tree(args):
