@@ -12,7 +12,9 @@ An all-to-all exchange (every producer cuts its output into one piece per consum
 ``piece[i]`` task per (producer, consumer) pair has producers x consumers tasks: both grow with the
 rows, so the scheduler's work grows with their square (at 100 workers it was the projected limit,
 BENCHMARKS.md "Projection to 100 workers"). :meth:`Layer.exchange` keeps that direct form while it
-is small and otherwise goes through two levels (:func:`exchange_plan`).
+is small and otherwise goes through two levels (:func:`exchange_plan`). In one process, where
+consumers take what they need from their producers' whole outputs, each consumer depends on
+:meth:`Layer.bundles` of them instead of on every producer, for the same reason.
 """
 
 import math
@@ -23,8 +25,8 @@ import numpy as np
 
 from dask._task_spec import Task, TaskRef
 from dask.delayed import Delayed
-from dask.sizeof import sizeof
 from dask.highlevelgraph import HighLevelGraph
+from dask.sizeof import sizeof
 
 
 class Layer:
