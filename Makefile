@@ -53,6 +53,8 @@ bench: $(BENCHSTAMP)
 	$(BIN)/python tests/benchmarks/bench_pipeline.py floors --rows 1M,10M
 	$(BIN)/python tests/benchmarks/bench_pipeline.py inprocess --rows 100000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py blocking --rows 1000000
+	$(BIN)/python tests/benchmarks/bench_pipeline.py blocking --rows 1000000 --layouts 2500/32/6 --profile
+	$(BIN)/python tests/benchmarks/bench_pipeline.py fanin --rows 10M,30M
 	$(BIN)/python tests/benchmarks/bench_pipeline.py small
 	$(BIN)/python tests/benchmarks/bench_pipeline.py cpu --rows 10000000 --runs 2
 	$(BIN)/python tests/benchmarks/bench_pipeline.py files --rows 1000000 --files 2000 --runs 2
