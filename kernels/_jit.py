@@ -67,8 +67,9 @@ def _stamped(dispatcher):
     written under another stamp is not loaded (the kernel compiles, and its entry is written again)."""
     py_func = dispatcher.py_func
     cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
-    if cache_file is not None and Path(py_func.__code__.co_filename).resolve().parent == PACKAGE:
-        cache_file._source_stamp = (cache_file._source_stamp, STAMPS[py_func.__module__.rpartition(".")[2]])
+    stamp = STAMPS.get(py_func.__module__.rpartition(".")[2])
+    if cache_file is not None and stamp and Path(py_func.__code__.co_filename).resolve().parent == PACKAGE:
+        cache_file._source_stamp = (cache_file._source_stamp, stamp)
     return dispatcher
 
 
