@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import kernels
 from ..kernels import groups, refine, windows
-from ..kernels.refine import TOL
+from ..kernels.refine import TOL, refine_sse
 from ..kernels.missing import fill_missing
 from . import blocking
 
@@ -155,7 +155,11 @@ def solve_without_duplicates(Z, k, solver, tag=0, race=None):
 
 
 def plane_distance(centroids, direction, threshold):
-    return np.abs(centroids @ direction - threshold)
+    """Each centroid's distance to the plane ``x . direction = threshold``, the projection summed in column
+    order (:func:`microagg.kernels.blocking.project`, as :func:`microagg.kernels.windows.plane_candidates`):
+    the same bits on every CPU, which a BLAS product does not promise."""
+    return np.abs(kernels.project(np.ascontiguousarray(centroids, dtype=np.float64),
+                                  np.ascontiguousarray(direction, dtype=np.float64)) - threshold)
 
 
 def near_plane(distance, radius, band):
@@ -351,11 +355,10 @@ class _TaskSolver:
         if self.missing:  # stitching sees every missing cell at its group's observed mean
             fill_missing(Zb, block, g)
         if self.settings.block_sweeps and sweep:  # one block as a whole: the method's partition as it is
-            before = kernels.sse(Zb, block, g)
-            refine(Zb, block, self.k, 2 * self.k - 1, self.settings.neighbors, self.settings.block_sweeps,
-                   TOL, False)
+            _, drop = refine_sse(Zb, block, self.k, 2 * self.k - 1, self.settings.neighbors,
+                                 self.settings.block_sweeps, TOL)
             g = int(block.max()) + 1  # a dissolved group leaves fewer (relabelled compactly)
-            self.gain += before - kernels.sse(Zb, block, g)
+            self.gain += drop
         self.groups.label(rows.start, rows.stop, block, g)
 
     def visit(self, ref):
@@ -380,13 +383,14 @@ class _TaskSolver:
 
     def stitch(self, s, e, direction, threshold):
         """Stitch the groups of rows ``s:e`` across one plane."""
-        ids = self.groups.groups_of(s, e)
         centroids, radius, sizes = self.groups.table[:3]
-        candidates = ids[near_plane(plane_distance(centroids[ids], direction, threshold), radius[ids],
-                                    self.settings.band)]
+        candidates = windows.plane_candidates(centroids, radius, self.groups.head, s, e,
+                                              np.ascontiguousarray(direction, dtype=np.float64), float(threshold),
+                                              float(self.settings.band))
         if len(candidates) < 2:
             return
         if self.settings.repartition:  # windows also re-partitioned by the solver: the node relabelled
+            ids = self.groups.groups_of(s, e)
             local, g = groups.compact_labels(self.labels[s:e])
             rank = np.empty(self.groups.next, dtype=np.int64)
             rank[ids] = np.arange(len(ids))

@@ -19,9 +19,9 @@ import microagg
 import naive
 from microagg import kernels
 from microagg.kernels import eigen, groups, ties, windows
-from microagg.kernels.refine import LIST_SLACK, _first_neighbours, _neighbour_lists, _update_lists
+from microagg.kernels.refine import LIST_SLACK, TOL, _first_neighbours, _neighbour_lists, _update_lists, refine_sse
 from microagg.kernels.select import keep_smallest, offer_in_order
-from microagg.pipeline import blocking, stats
+from microagg.pipeline import blocking, stats, stitch
 
 FAST = settings(deadline=None, max_examples=150)
 THOROUGH = settings(deadline=None, max_examples=400)
@@ -342,6 +342,24 @@ def test_refine_never_raises_sse_and_keeps_sizes(case, neighbors, sweeps):
     assert np.array_equal(rescanned, refined)  # neighbour lists brought up to date = scanned again
 
 
+@FAST
+@given(partitioned(), st.integers(1, 6), st.integers(1, 10))
+def test_refine_sse_gives_refines_groups_and_the_drop_of_the_sse(case, neighbors, sweeps):
+    """The SSE drop that the block sweeps report (the stitching's gain) is summed from the changes' own
+    deltas, without an SSE pass before and after: it is the difference of the two SSEs."""
+    X, k, labels = case
+    refined = labels.copy()
+    changes = kernels.refine(X, refined, k, 2 * k - 1, neighbors, sweeps)
+    summed = labels.copy()
+    found, drop = refine_sse(X, summed, k, 2 * k - 1, neighbors, sweeps, TOL)
+    assert found == changes
+    np.testing.assert_array_equal(summed, refined)
+    before, after = naive.sse(X, labels), naive.sse(X, refined)
+    assert drop >= 0.0
+    assert drop == pytest.approx(before - after, rel=1e-9, abs=1e-9 * max(1.0, before))
+    assert (drop > 0.0) == (changes > 0)
+
+
 @pytest.mark.parametrize("ties", [False, True])
 def test_refine_to_convergence_with_lists_brought_up_to_date_gives_the_groups_of_full_scans(ties):
     """Hundreds of groups over many sweeps, with equal distances when ``ties``: the local search that
@@ -401,7 +419,7 @@ def test_refine_skips_only_evaluations_that_would_find_nothing_again(monkeypatch
             patch.setattr(module, "_idle", lambda *args: False)
             patch.setattr(module, "_dissolve_idle", lambda *args: False)
             everything = labels.copy()
-            assert module.refine.py_func(X, everything, k, 2 * k - 1, neighbors, 20, module.TOL, False) == changes
+            assert module._refine.py_func(X, everything, k, 2 * k - 1, neighbors, 20, module.TOL, False)[0] == changes
         np.testing.assert_array_equal(remembered, everything)
 
 
@@ -444,7 +462,7 @@ def test_a_dissolution_remembered_without_effect_is_evaluated_again_once_its_gro
             patch.setattr(module, "_idle", idle)
             patch.setattr(module, "_dissolve_idle", dissolve_idle)
             out = labels.copy()
-            return module.refine.py_func(X, out, k, 2 * k - 1, neighbors, 20, module.TOL, False), out
+            return module._refine.py_func(X, out, k, 2 * k - 1, neighbors, 20, module.TOL, False)[0], out
 
     everything = search(lambda *args: False, lambda *args: False)
     assert everything[0] == changes
@@ -628,6 +646,36 @@ def test_the_group_table_holds_group_shape_bit_for_bit(raw, seed):
     assert np.array_equal(np.flatnonzero(head >= 0), [np.flatnonzero(local == group)[0] for group in range(g)])
     for group in range(g):
         assert np.array_equal(pool[start[group]:start[group] + count[group]], np.flatnonzero(local == group))
+
+
+@FAST
+@given(hnp.arrays(np.int64, st.integers(1, 80), elements=st.integers(0, 30)), st.integers(1, 6),
+       st.floats(0.0, 2.0), st.integers(0, 2**32 - 1))
+def test_plane_candidates_are_the_groups_within_the_band_projected_in_column_order(raw, d, band, seed):
+    local, g = groups.compact_labels(raw)
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(len(raw), d)) * rng.uniform(0.1, 1e3, size=d)
+    (centroids, radius, _, _, _), _, _, head = _recorded(X, local, g)
+    direction = rng.normal(size=d)
+    direction /= np.linalg.norm(direction)
+    s, e = sorted(rng.integers(0, len(raw) + 1, size=2).tolist())
+    threshold = float(np.median(X[:, 0])) if d == 1 else float(rng.normal())
+    got = windows.plane_candidates(centroids, radius, head, s, e, direction, threshold, band)
+    ids = head[s:e][head[s:e] >= 0]  # groups by first row, in order
+    if not len(ids):
+        assert len(got) == 0
+        return
+    median = np.median(radius[ids])
+    want = []
+    for group in ids:
+        p = 0.0
+        for j in range(d):  # column order, one addition at a time
+            p += float(centroids[group, j]) * float(direction[j])
+        if abs(p - threshold) <= band * (radius[group] + median):
+            want.append(group)
+    assert got.tolist() == want
+    distance = stitch.plane_distance(centroids[ids], direction, threshold)  # the same projection, all groups
+    assert np.array_equal(np.sort(got), np.sort(ids[stitch.near_plane(distance, radius[ids], band)]))
 
 
 def _improve_recorded(X, labels, g, chosen, k, sweeps, window_rows):

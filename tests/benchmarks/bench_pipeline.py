@@ -953,7 +953,7 @@ def _profile_blocking(Z, k, solver, stitch):
     from microagg.pipeline import blocked
 
     seconds, calls, rows = collections.Counter(), collections.Counter(), collections.Counter()
-    saved = {"solve_block": stitch.solve_block, "refine": stitch.refine, "stitch_upper": stitch.stitch_upper}
+    saved = {"solve_block": stitch.solve_block, "refine_sse": stitch.refine_sse, "stitch_upper": stitch.stitch_upper}
     saved_windows = stitch.windows.improve_recorded_windows
     upper = []  # inside an upper plane's stitching
 
@@ -987,12 +987,12 @@ def _profile_blocking(Z, k, solver, stitch):
         stitch.windows.improve_recorded_windows = saved_windows
     print(f"\nprofile of the default layout: {total:.2f} CPU s\n")
     print("| step | calls | CPU s | share |\n| --- | ---: | ---: | ---: |")
-    labels = {"solve_block": "block kernels (the method)", "refine": "the blocks' local-search sweeps",
+    labels = {"solve_block": "block kernels (the method)", "refine_sse": "the blocks' local-search sweeps",
               "windows": "stitching windows inside the tasks", "windows (upper planes)": "stitching windows of the upper planes"}
     for key, label in labels.items():
         print(f"| {label} | {calls[key]:,} | {seconds[key]:.2f} | {100 * seconds[key] / total:.0f} % |")
     rest = total - sum(seconds[key] for key in labels)
-    print(f"| the rest (routing, task order, group table, plane assignment) | | {rest:.2f} | "
+    print(f"| the rest (routing, task order, group table, selecting planes' groups, plane assignment) | | {rest:.2f} | "
           f"{100 * rest / total:.0f} % |")
     print(f"\nrows re-solved by the stitching windows: {rows['inside the tasks']:,} inside the tasks, "
           f"{rows['upper planes']:,} on upper planes ({len(Z):,} rows)")
