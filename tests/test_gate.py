@@ -78,14 +78,19 @@ def test_summary_sums_equal_numpys_over_missing_cells_and_a_constant_column(monk
     rows = Rows(row_id=np.arange(n), leaf=np.zeros(n, np.int64), values=X)
     scale = np.where(std > 0, std, np.inf)
     expected = metrics.moments(X, table[labels])
-    for block in (release.COMOMENT_ROWS, 64, 7):  # the original's rows centred a block at a time
+    summary = summarize(rows, labels, table, job, 0.0)
+    assert np.isclose(summary["sse"], np.nansum(((X - table[labels]) / scale) ** 2), rtol=1e-12, atol=0)
+    data = summary["data"]
+    assert (data["counts_x"] == histogram.bin_counts(X, edges, np.ones(n, dtype=np.int64))).all()
+    for key in ("mean_x", "mean_m", "comoment_m", "sq_diff"):
+        assert np.allclose(data["moments"][key], expected[key], rtol=1e-12, atol=1e-9), key
+    # the original's co-moments are the statistics pass's (the same rows): a piece holds zeros
+    assert not data["moments"]["comoment_x"].any()
+    for block in (release.COMOMENT_ROWS, 64, 7):  # the statistics pass centres the rows a block at a time
         monkeypatch.setattr(release, "COMOMENT_ROWS", block)
-        summary = summarize(rows, labels, table, job, 0.0)
-        assert np.isclose(summary["sse"], np.nansum(((X - table[labels]) / scale) ** 2), rtol=1e-12, atol=0)
-        data = summary["data"]
-        assert (data["counts_x"] == histogram.bin_counts(X, edges, np.ones(n, dtype=np.int64))).all()
-        for key in ("mean_x", "mean_m", "comoment_x", "comoment_m", "sq_diff"):
-            assert np.allclose(data["moments"][key], expected[key], rtol=1e-12, atol=1e-9), key
+        rows_seen, mean, comoment = release._comoments(X)
+        assert rows_seen == n and np.allclose(mean, expected["mean_x"], rtol=1e-12)
+        assert np.allclose(comoment, expected["comoment_x"], rtol=1e-12, atol=1e-9)
     # missing cells (the centroid option): left out of the SSE, and the moments are the complete rows'
     X[[3, 50], [0, 1]] = np.nan
     table[labels[3], 0] = np.nan
