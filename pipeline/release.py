@@ -940,8 +940,8 @@ def _data_summary(qi, edges, data, n_rows, complete, covariance, masked=None):
     merged pieces (:func:`_merged_data`); None if a block has none.
 
     One block: its pieces' moments, but for the original's co-moments when no row misses a value: those
-    of the statistics pass (the same rows; the pieces no longer compute them again, 0.66 thread-s at
-    10M). Several (attribute blocks, univariate, Mic1D-k's columns): each
+    of the statistics pass (the same rows, which the pieces no longer sum again). Several (attribute
+    blocks, univariate, Mic1D-k's columns): each
     QI's counts and SSE from its block, the original's correlations from the statistics pass (its
     ``complete`` rows) and the masked ones from ``masked``, the released values' centred
     cross-products (the real-anonymity pass: no block's pieces hold another block's values), else
