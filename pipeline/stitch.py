@@ -163,7 +163,9 @@ def plane_distance(centroids, direction, threshold):
 
 
 def near_plane(distance, radius, band):
-    """Groups within the band around a plane (scale taken from the groups themselves)."""
+    """Groups within the band around a plane (scale taken from the groups themselves). The block tasks'
+    planes apply the same rule inside :func:`microagg.kernels.windows.plane_candidates`; a test holds the two
+    to the same groups."""
     return distance <= band * (radius + np.median(radius))
 
 
