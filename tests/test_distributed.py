@@ -743,7 +743,7 @@ def _released_with(tmp_path, source, monkeypatch, name, values, workers, threads
     options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500,
                                      blocks_per_task=4)
     runs = {}
-    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=False, dashboard_address=None) as \
+    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=False, dashboard_address=":0") as \
             cluster, Client(cluster):
         for value in values:
             monkeypatch.setattr(release, name, value)
@@ -906,7 +906,7 @@ def test_the_two_level_exchange_gives_the_same_release(tmp_path, data, monkeypat
     plan = graph.exchange_plan
     monkeypatch.setattr(graph, "exchange_plan", lambda *args: seen.append(plan(*args)) or seen[-1])
     # worker processes: the merges and their functions travel pickled, as on a real cluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster):
         for name, extra in shapes.items():
             options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",),
@@ -1176,7 +1176,7 @@ def test_the_statistics_pass_sums_a_partition_while_the_others_are_read(tmp_path
     monkeypatch.setattr(release, "_partition_sums", _summing)
     options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500,
                                      blocks_per_task=4)
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster):
         report = release.run(str(root / "four"), str(tmp_path / "out"), options, html=False)
     assert report["input_kept_in_memory"] is True

@@ -132,7 +132,7 @@ def test_running_tasks_are_those_on_a_thread():
     from microagg.jobs.progress import task_counts
 
     _RELEASE.clear()
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         futures = client.map(_held, range(12), pure=False)
         deadline = time.monotonic() + 30
