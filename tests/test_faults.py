@@ -484,7 +484,11 @@ def test_a_signal_whose_exception_python_drops_still_stops_the_job(tmp_path, mon
 
 def _spins(n):
     """Runs a while (about 0.5 s for 1e9), then returns a tuple holding a 2-D array, which Numba boxes
-    with a call back into Python."""
+    with a call back into Python. Compiled without the interpreter lock, as the pipeline's kernels are:
+    the thread that sends the signal runs meanwhile, so the signal is pending when the result is boxed.
+    Holding the lock, the kernel left the sender to run after it, and whether the signal came before
+    the job's next step depended on which waiting thread took the lock first (a full suite's leftover
+    threads once made the worker watch's come too late)."""
     out = np.zeros((2, 3))
     for i in range(n):
         out[i % 2, 0] += i * 1e-9
@@ -506,7 +510,7 @@ def test_a_signal_during_a_numba_kernel_stops_the_job_as_that_signal(monkeypatch
 
     from microagg.jobs import cli
 
-    kernel = numba.njit(_spins)
+    kernel = numba.njit(_spins, nogil=True)  # as the pipeline's kernels
     kernel(10)  # compiled before the signal's clock starts
     raised = []
 
@@ -544,7 +548,10 @@ def test_the_worker_watch_s_interrupt_is_the_cluster_s_failure_however_it_arrive
     from microagg.pipeline.errors import ClusterError
 
     class NoWorkers:
+        asked = threading.Event()
+
         def scheduler_info(self, **kwargs):
+            self.asked.set()
             return {"workers": {}}
 
     class Waits:
@@ -557,7 +564,7 @@ def test_the_worker_watch_s_interrupt_is_the_cluster_s_failure_however_it_arrive
                 pass
 
     monkeypatch.setattr(cluster, "WATCH_INTERVAL", 0.05)
-    kernel = numba.njit(_spins)
+    kernel = numba.njit(_spins, nogil=True)  # as the pipeline's kernels
     kernel(10)
     lost = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: lost.append(type(u.exc_value).__name__))
@@ -568,7 +575,7 @@ def test_the_worker_watch_s_interrupt_is_the_cluster_s_failure_however_it_arrive
             with pytest.raises(ClusterError, match="lost every worker during the job"):
                 with cluster._watching_workers(NoWorkers(), "tcp://gone:8786", 0.2):
                     if body == "kernel":
-                        time.sleep(0.1)  # the watch has seen no worker (the kernel holds the GIL)
+                        assert NoWorkers.asked.wait(30)  # the watch's clock runs (it looks again during the kernel)
                         kernel(4_000_000_000)
                     else:
                         Waits()
