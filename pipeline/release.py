@@ -610,8 +610,9 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
 SHARED_OUTPUTS_BYTES = 40
 """Worker memory per input cell (row x QI column) from which :func:`_shares_outputs` lets tasks read whole
 outputs: about four times a row's arrays in transit (its QI values, row id, leaf and group: 10 bytes a cell at
-13 QIs), since a whole output is held until its last reader has run (the routed rows until the last block
-task), and counted and spilled whole (a block task's with its released piece in it). The default local
+13 QIs), since Dask counts a whole output until its last reader has run (the routed rows until the last block
+task; the pieces themselves go as they are read, :func:`_taken`), and spills it whole (a block task's with its
+released piece in it). The default local
 cluster at 10M rows x 13 QIs needs 5.2 GB; a worker of 1.5 GiB shares them up to 3M rows."""
 
 
@@ -630,16 +631,33 @@ def _shares_outputs(n_rows, width):
                for w in workers)
 
 
+def _taken(outputs, slots):
+    """The pieces ``outputs[i][slots[i]]``, each cleared from its output as it is taken.
+
+    A shared output (:func:`_shares_outputs`) is held until its last reader has run: the routed rows until
+    the last block task, a block task's pieces until its last upper plane. Every piece has exactly one
+    reader, which runs once (one process: nothing is lost and recomputed without its producer), so the
+    reader clears it: its memory goes back as its reader ends, and the next tasks allocate into it. At 10M
+    rows the peak RSS went from 3.4 to 2.8 GiB and the system CPU time from 9-12 to 6-8 s
+    (BENCHMARKS.md, fifty-third session)."""
+    pieces = []
+    for out, slot in zip(outputs, slots):
+        pieces.append(out[slot])
+        out[slot] = None
+    return pieces
+
+
 def _solve_pack_from(job, pack, *bundles):
     """:func:`_solve_pack` over its pieces ``out[pack]`` of the whole outputs of the routing tasks, in bundles
-    (:meth:`pipeline.graph.Layer.bundles`; in one process: :func:`_shares_outputs`)."""
-    return _solve_pack(job, pack, *[out[pack] for bundle in bundles for out in bundle])
+    (:meth:`pipeline.graph.Layer.bundles`; in one process: :func:`_shares_outputs`), taken (:func:`_taken`)."""
+    outputs = [out for bundle in bundles for out in bundle]
+    return _solve_pack(job, pack, *_taken(outputs, [pack] * len(outputs)))
 
 
 def _stitch_upper_from(job, position, slots, *outputs):
     """:func:`_stitch_upper` over the pieces ``outputs[i][slots[i]]`` (whole outputs of the block tasks
-    below the plane, in one process: :func:`_shares_outputs`)."""
-    return _stitch_upper(job, position, *[out[slot] for out, slot in zip(outputs, slots)])
+    below the plane, in one process: :func:`_shares_outputs`), taken (:func:`_taken`)."""
+    return _stitch_upper(job, position, *_taken(outputs, slots))
 
 
 class _Shape(NamedTuple):

@@ -795,6 +795,38 @@ def test_tasks_in_one_roomy_process_read_whole_outputs_with_the_same_release(tmp
     assert pieces[10**12][1] > 0
 
 
+def test_pieces_of_shared_outputs_are_taken_once_and_cleared_with_the_same_release(tmp_path, data, monkeypatch):
+    """Read from shared outputs, each routed piece and each piece of a block task's output for an upper
+    plane is taken by exactly one task, which clears it from its output (its memory goes as that task
+    ends, not when the output's last reader does): at the end every routed output is empty and every
+    block task's output holds its released piece only. The release is that of two workers."""
+    from microagg.pipeline import release
+
+    root, _ = data
+    reference = _files(_run(tmp_path, "two-workers", root / "four", "--no-html", "--k", 4, *BLOCKED, "--workers", 2))
+    taken, outputs = [], {}
+    take = release._taken
+
+    def recorded(outs, slots):
+        for out, slot in zip(outs, slots):
+            assert out[slot] is not None  # not taken before
+            taken.append((id(out), slot))
+            outputs[id(out)] = out
+        return take(outs, slots)
+
+    monkeypatch.setattr(release, "_taken", recorded)
+    runs = _released_with(tmp_path, root / "four", monkeypatch, "SHARED_OUTPUTS_BYTES", (release.SHARED_OUTPUTS_BYTES,),
+                          1, 2)
+    report, files = runs[release.SHARED_OUTPUTS_BYTES]
+    assert files == reference and report["upper_planes"] > 0
+    assert len(taken) == len(set(taken))
+    routed = [out for out in outputs.values() if not isinstance(out[0], release.Released)]
+    solved = [out for out in outputs.values() if isinstance(out[0], release.Released)]
+    assert len(routed) == 4 and all(len(out) == report["tasks"] for out in routed)  # four input files
+    assert all(piece is None for out in routed for piece in out)
+    assert solved and all(piece is None for out in solved for piece in out[1:])
+
+
 def test_release_files_are_written_into_arrows_own_files_with_the_same_bytes(tmp_path, data, monkeypatch):
     """The release's Parquet files go into Arrow's own files, not fsspec's Python ones: pyarrow takes the
     interpreter lock for every page it hands a Python file, and at 10M rows the encoding spent about a
