@@ -827,6 +827,39 @@ def test_pieces_of_shared_outputs_are_taken_once_and_cleared_with_the_same_relea
     assert solved and all(piece is None for out in solved for piece in out[1:])
 
 
+@pytest.mark.parametrize("workers, threads", [(1, 2), (2, 1)], ids=["one-process", "two-workers"])
+def test_each_file_s_released_values_are_scattered_in_the_task_that_writes_its_input_rows(tmp_path, data,
+                                                                                      monkeypatch, workers, threads):
+    """An output file's released values are scattered from the pieces in the task that puts them into its
+    input rows. As a task of their own they needed only the persisted pieces, so they ran ahead of the
+    input's reading and waited in memory (at 10M rows with the input re-read: 31 files' values, 0.8 GB at
+    once). Every file's task gets its own rows (row ids start..stop-1), once; the release is as before."""
+    from distributed import Client, LocalCluster
+
+    from microagg.pipeline import release
+
+    root, df = data
+    reference = _files(_run(tmp_path, "sync", root / "four", "--no-html", "--k", 4, *BLOCKED, "--rows-per-file", 3000,
+                            "--scheduler", "synchronous"))
+    calls = []
+    replaced = release._replaced
+
+    def recorded(original, start, stop, *args):
+        calls.append((start, stop, int(original.index[0]), int(original.index[-1]) + 1, len(original)))
+        return replaced(original, start, stop, *args)
+
+    monkeypatch.setattr(release, "_replaced", recorded)
+    options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500,
+                                     blocks_per_task=4, rows_per_file=3000)
+    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=False, dashboard_address=":0") as \
+            cluster, Client(cluster):
+        release.run(str(root / "four"), str(tmp_path / "out"), options, html=False)
+    assert _files(tmp_path / "out") == reference
+    starts = list(range(0, len(df), 3000))
+    assert sorted(calls) == [(a, min(a + 3000, len(df)), a, min(a + 3000, len(df)), min(3000, len(df) - a))
+                             for a in starts]
+
+
 def test_release_files_are_written_into_arrows_own_files_with_the_same_bytes(tmp_path, data, monkeypatch):
     """The release's Parquet files go into Arrow's own files, not fsspec's Python ones: pyarrow takes the
     interpreter lock for every page it hands a Python file, and at 10M rows the encoding spent about a
