@@ -53,7 +53,7 @@ from ..kernels import groups
 from ..kernels import histogram
 from ..kernels import missing as missing_kernels
 from ..kernels import released as released_kernels
-from . import blocking, drawing, graph, interrupts, io, metrics, mic1d, sequence, stats, stitch
+from . import blocking, drawing, graph, interrupts, io, metrics, mic1d, sequence, stats, stitch, transit
 from .sequence import check_sequence
 from .strata import check_strata, partition_counts, plan_strata
 from .api import released_table, where_mask
@@ -397,6 +397,9 @@ class _Job:
     # histogram edges of every QI of the release (rows first_column.. are this job's), for the
     # report's data summary (:func:`summarize`); None: not summarized
     edges: np.ndarray | None = None
+    # files' path prefix for the rows a block task sends to its upper planes (:mod:`pipeline.transit`),
+    # or None: they travel in memory
+    transit: str | None = None
 
 
 def _shipped(job):
@@ -434,13 +437,15 @@ def _concat(pieces, width):
     pieces = [p for p in pieces if len(p.row_id)]
     if not pieces:
         return Rows(np.empty(0, np.int64), np.empty(0, np.int64), np.empty((0, width)))
-    row_id = np.concatenate([p.row_id for p in pieces])
-    order = None if (np.diff(row_id) > 0).all() else np.argsort(row_id, kind="stable")
-    fields = [row_id] + [None if f is None else np.concatenate([p[i] for p in pieces])
-                         for i, f in enumerate(pieces[0]) if i > 0]
-    if order is not None:
-        fields = [None if f is None else f[order] for f in fields]
-    return Rows(*fields)
+    return _in_row_order(Rows(*[None if f is None else np.concatenate([p[i] for p in pieces])
+                                for i, f in enumerate(pieces[0])]))
+
+
+def _in_row_order(rows):
+    """``rows`` (:class:`Rows`) sorted by row id (stable), or as they are if already."""
+    if (np.diff(rows.row_id) > 0).all():
+        return rows
+    return sequence.take(rows, np.argsort(rows.row_id, kind="stable"))
 
 
 def _split(rows, key, n_keys):
@@ -449,14 +454,26 @@ def _split(rows, key, n_keys):
     return [sequence.take(rows, order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _route(part, job):
-    """An input partition's rows, routed to their leaves and cut into one piece per task."""
+def _routed(part, job):
+    """An input partition's rows routed to their leaves: ``(rows, pack of each row)``."""
     X = np.ascontiguousarray(part[list(job.qi)].to_numpy(dtype=np.float64))  # the rows travel: one per row
     leaf = job.forest.route_raw(X, job.mean, job.std, job.strata.codes(part) if job.strata else None)
     weights = job.options.weights
     weight = None if weights is None else part[weights].to_numpy(dtype=np.float64)
-    rows = Rows(part[ROW_ID].to_numpy(dtype=np.int64), leaf, X, None, weight)
-    return _split(rows, job.forest.leaf_pack[leaf], job.forest.n_packs)
+    return Rows(part[ROW_ID].to_numpy(dtype=np.int64), leaf, X, None, weight), job.forest.leaf_pack[leaf]
+
+
+def _route(part, job):
+    """An input partition's rows, routed to their leaves and cut into one piece per task."""
+    rows, pack = _routed(part, job)
+    return _split(rows, pack, job.forest.n_packs)
+
+
+def _route_to_file(part, job, path):
+    """:func:`_route` written to the file ``path``, each pack's rows a contiguous range
+    (:func:`pipeline.transit.write_rows`): only where they are travels."""
+    rows, pack = _routed(part, job)
+    return transit.write_rows(path, pack, job.forest.n_packs, rows)
 
 
 def _release(rows, labels, job, gain, picks=None):
@@ -478,10 +495,14 @@ def _solve_pack(job, pack, *pieces):
     """One pack of tasks (:meth:`pipeline.blocking.Forest._packs`): a task of its own
     (:func:`_solve_task`), or trees of one task each (small strata), each solved on its own and
     released together: ``[released]``."""
+    return _solve_pack_rows(job, pack, _concat(pieces, len(job.qi)))
+
+
+def _solve_pack_rows(job, pack, rows):
+    """:func:`_solve_pack` of the pack's rows (:class:`Rows`, in row-id order)."""
     tasks = job.forest.pack_tasks(pack)
     if len(tasks) == 1:
-        return _solve_task(job, tasks[0], *pieces)
-    rows = _concat(pieces, len(job.qi))
+        return _solve_task_rows(job, tasks[0], rows)
     labels = np.empty(len(rows.row_id), dtype=np.int64)
     groups_before, gain, picks = 0, 0.0, None
     bounds, order = groups.group_members(job.forest.leaf_task[rows.leaf] - tasks[0], len(tasks))
@@ -513,24 +534,52 @@ def _solve_task(job, task, *pieces):
     Returns ``[released, piece for its first upper ancestor plane, ...]``: the rows whose groups
     lie near an upper split plane go, unreleased, to that plane's stitching task.
     """
-    rows = _concat(pieces, len(job.qi))
+    return _solve_task_rows(job, task, _concat(pieces, len(job.qi)))
+
+
+def _solve_task_rows(job, task, rows):
+    """:func:`_solve_task` of the task's rows (:class:`Rows`, in row-id order)."""
     forest = job.forest
     ancestors = forest.task_ancestors[task]
+    path = f"{job.transit}-upper-{task}" if job.transit and len(ancestors) else None
     if not len(rows.row_id):
-        return [_release(rows, rows.leaf, job, 0.0)] + [rows] * len(ancestors)
+        released = _release(rows, rows.leaf, job, 0.0)
+        if path:  # an empty file, of the layout of the others
+            return [released, transit.write_rows(path, rows.leaf, len(ancestors), rows._replace(group=rows.leaf))]
+        return [released] + [rows] * len(ancestors)
     labels, plane, gain, picks = _task_labels(job, task, rows)
     slot = np.zeros(max(forest.n_upper, 1), dtype=np.int64)
     slot[np.asarray(ancestors, dtype=np.int64)] = np.arange(1, len(ancestors) + 1)
     key = np.where(plane < 0, 0, slot[np.maximum(plane, 0)])  # 0: released here; 1 + i: i-th ancestor plane
-    out = _split(rows._replace(group=stitch.task_group(task, labels)), key, len(ancestors) + 1)
-    core = out[0]
-    out[0] = _release(core._replace(group=None), stitch.compact(labels[plane < 0]), job, gain, picks)
+    rows = rows._replace(group=stitch.task_group(task, labels))
+    if path:  # the rows for the upper planes through a file, key i: the i-th ancestor plane
+        upper = key > 0
+        written = transit.write_rows(path, key[upper] - 1, len(ancestors), sequence.take(rows, np.flatnonzero(upper)))
+        out = [sequence.take(rows, np.flatnonzero(~upper)), written]
+    else:
+        out = _split(rows, key, len(ancestors) + 1)
+    out[0] = _release(out[0]._replace(group=None), stitch.compact(labels[plane < 0]), job, gain, picks)
     return out
 
 
 def _stitch_upper(job, position, *pieces):
     """The groups of every task near one upper split plane, re-solved together and released."""
-    rows = _concat(pieces, len(job.qi))
+    return _stitch_upper_rows(job, _concat(pieces, len(job.qi)))
+
+
+def _stitch_upper_read(job, position, keys, *written):
+    """:func:`_stitch_upper` over the rows the block tasks below the plane wrote to their files for it (key
+    ``keys[i]`` of ``written[i]``: a :class:`pipeline.transit.Written`, or a block task's whole output, whose
+    item 1 it is), read straight into their arrays."""
+    files = [w if isinstance(w, transit.Written) else w[1] for w in written]
+    arrays = transit.read_keys(list(zip(files, keys)))
+    if arrays is None:
+        return _stitch_upper(job, position)
+    return _stitch_upper_rows(job, _in_row_order(Rows(*arrays)))
+
+
+def _stitch_upper_rows(job, rows):
+    """:func:`_stitch_upper` of the plane's rows (:class:`Rows`, in row-id order)."""
     if not len(rows.row_id):
         return _release(rows, rows.leaf, job, 0.0)
     options = job.options
@@ -562,13 +611,15 @@ def _wait(objs):
     return objs
 
 
-def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_column=0, sample=None, edges=None):
+def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_column=0, sample=None, edges=None,
+                 transit_dir=None):
     """Sample -> split tree -> route -> one task per subtree -> kernels -> stitched release.
 
     The rows travel between stages as arrays (:class:`Rows`) in explicit task graphs: every input
     partition is cut into one piece per task, every task into its released rows plus one piece per
-    upper plane above it. ``sample``: :func:`draw_sample`'s result, if the caller has it. With ``strata`` (:class:`pipeline.strata.Strata`) each stratum has its own
-    tree. Returns ``(released, forest)``: a list of delayed :class:`Released` (every group lies
+    upper plane above it. ``sample``: :func:`draw_sample`'s result, if the caller has it. With ``strata``
+    (:class:`pipeline.strata.Strata`) each stratum has its own tree. ``transit_dir``: a scratch directory
+    (:func:`transit_directory`) through which the routed rows go when the tasks share their outputs. Returns ``(released, forest)``: a list of delayed :class:`Released` (every group lies
     wholly inside one of them) and the :class:`pipeline.blocking.Forest`.
     """
     start = time.perf_counter()
@@ -581,15 +632,23 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
                                  strata.tree_rows if strata else None)
     log.info("split tree: %d blocks in %d tasks (%d packs), %d upper planes (sample of %d rows) in %.2f s",
              tree.n_leaves, tree.n_tasks, tree.n_packs, tree.n_upper, len(sample), time.perf_counter() - start)
-    job = _shipped(_Job(tuple(qi), mean, std, tree, options, strata, first_column, edges=edges))
-    columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
     layer = graph.Layer("microagg-blocks")
-    routed = [layer.task(("route", i), _route, part, job) for i, part in enumerate(frame[columns].to_delayed())]
+    job = _shipped(_Job(tuple(qi), mean, std, tree, options, strata, first_column, edges=edges,
+                        transit=os.path.join(transit_dir, layer.name) if transit_dir else None))
+    columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
+    parts = frame[columns].to_delayed()
     shared = _shares_outputs(n_rows, len(qi))
-    if shared:
+    if transit_dir:  # the routed rows through files, not memory: every task reads its own from them
+        routed = [layer.task(("route", i), _route_to_file, part, job, os.path.join(transit_dir, f"{layer.name}-{i}"))
+                  for i, part in enumerate(parts)]
+        bundles = layer.bundles("routed", routed, kept=False)
+        packs = [layer.task(("solve", p), _solve_pack_read, job, p, *bundles) for p in range(tree.n_packs)]
+    elif shared:
+        routed = [layer.task(("route", i), _route, part, job) for i, part in enumerate(parts)]
         bundles = layer.bundles("routed", routed, kept=False)  # not tasks x partitions dependencies
         packs = [layer.task(("solve", p), _solve_pack_from, job, p, *bundles) for p in range(tree.n_packs)]
     else:
+        routed = [layer.task(("route", i), _route, part, job) for i, part in enumerate(parts)]
         inbound = layer.exchange("rows", routed, tree.n_packs, partial(_concat, width=len(qi)), rows=n_rows)
         packs = [layer.task(("solve", p), _solve_pack, job, p, *inbound[p]) for p in range(tree.n_packs)]
     released = [layer.item(p, 0) for p in packs]
@@ -598,7 +657,11 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
         for t, pack in enumerate(tree.task_pack):  # a task below an upper plane has a pack of its own
             for slot, position in enumerate(tree.task_ancestors[t]):
                 below[position].append((packs[pack], 1 + slot))
-        if shared:
+        if transit_dir:  # from each block task's file: whole outputs in one worker, else the file's description
+            released += [layer.task(("upper", p), _stitch_upper_read, job, p, tuple(s - 1 for _, s in below[p]),
+                                    *[pack if shared else layer.item(pack, 1) for pack, _ in below[p]])
+                         for p in range(tree.n_upper)]
+        elif shared:
             released += [layer.task(("upper", p), _stitch_upper_from, job, p, tuple(s for _, s in below[p]),
                                     *[pack for pack, _ in below[p]]) for p in range(tree.n_upper)]
         else:
@@ -631,6 +694,39 @@ def _shares_outputs(n_rows, width):
                for w in workers)
 
 
+TRANSIT_MEMORY_SHARE = 0.1
+"""The share of the job process's memory (its workers' memory limits; without limits, the machine's) that the rows
+in transit (8 bytes per cell of their QI values, row ids and leaves: 1.2 GB at 10M rows x 13 QIs) may take: beyond
+it, when the tasks run in the job's process, they go through files (:mod:`pipeline.transit`), from the routing to
+the block tasks and from these to the upper planes' tasks, and the worker's memory no longer grows with them. Not
+for less: on this project's host, the files' fresh pages cost the 10M-row job 3-4 s of system time (BENCHMARKS.md,
+fifty-fourth session)."""
+
+
+def _process_memory():
+    """The memory of the job's process: its workers' memory limits, or the machine's (cgroup-aware)."""
+    from distributed.system import MEMORY_LIMIT
+
+    client = _client()
+    limits = [] if client is None else [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    return sum(limits) if limits and all(limits) else MEMORY_LIMIT
+
+
+@contextmanager
+def transit_directory(n_rows, cells, wanted=True):
+    """A scratch directory for ``n_rows`` rows of ``cells`` 8-byte cells in transit (:func:`solve_blocks`), removed
+    on exit; None (the rows travel in memory) up to :data:`TRANSIT_MEMORY_SHARE` of the memory, or when the tasks do
+    not all run in this process (a worker elsewhere could not read the files), or without the disk room for them."""
+    n_bytes = 8 * n_rows * cells
+    if not wanted or not _in_this_process() or n_bytes <= TRANSIT_MEMORY_SHARE * _process_memory():
+        yield None
+        return
+    with transit.scratch(n_bytes) as path:
+        if path:
+            log.info("rows in transit through files under %s (%.2f GB)", path, n_bytes / 1e9)
+        yield path
+
+
 def _taken(outputs, slots):
     """The pieces ``outputs[i][slots[i]]``, each cleared from its output as it is taken.
 
@@ -652,6 +748,16 @@ def _solve_pack_from(job, pack, *bundles):
     (:meth:`pipeline.graph.Layer.bundles`; in one process: :func:`_shares_outputs`), taken (:func:`_taken`)."""
     outputs = [out for bundle in bundles for out in bundle]
     return _solve_pack(job, pack, *_taken(outputs, [pack] * len(outputs)))
+
+
+def _solve_pack_read(job, pack, *bundles):
+    """:func:`_solve_pack` over the pack's rows in the routing tasks' files (:func:`_route_to_file`), read
+    straight into its arrays (:func:`pipeline.transit.read_key`), in bundles of their descriptions."""
+    arrays = transit.read_key([written for bundle in bundles for written in bundle], pack)
+    if arrays is None:
+        return _solve_pack(job, pack)
+    weight = arrays[3] if len(arrays) > 3 else None
+    return _solve_pack_rows(job, pack, _in_row_order(Rows(arrays[0], arrays[1], arrays[2], None, weight)))
 
 
 def _stitch_upper_from(job, position, slots, *outputs):
@@ -1453,14 +1559,16 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
     if mic1d.is_mic1d(options.method):
         return _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, starts, n_rows, mean, std,
                             covariance, lengths, strata, np.where(constant, lo, np.nan), edges, complete)
-    with timings.stage("blocks"):
-        solved, forests = [], []
+    by_tree = not sequence.is_sequence(options.method)
+    cells = len(qi) + (2 + bool(options.weights)) * len(blocks)  # QI values, row ids, leaves (and weights)
+    with timings.stage("blocks"), transit_directory(n_rows, cells, by_tree) as transit_dir:
+        solved, forests, through_files = [], [], transit_dir is not None
         sample = draw_sample(frame, qi, n_rows, options)  # one sample serves every attribute block
         for block, first in zip(blocks, starts):
             cols = np.arange(first, first + len(block))
-            solve = solve_sequence if sequence.is_sequence(options.method) else solve_blocks
+            solve = solve_blocks if by_tree else solve_sequence
             pieces, forest = solve(frame, block, n_rows, mean[cols], std[cols], options, strata, int(first), sample,
-                                   edges)
+                                   edges, **({"transit_dir": transit_dir} if by_tree else {}))
             solved.append(pieces)
             forests.append(forest)
         flat = dask.persist(*[p for pieces in solved for p in pieces])
@@ -1510,6 +1618,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         "block_sizes": _distribution(block_sizes),
         "tasks": sum(f.n_tasks for f in forests),
         "upper_planes": sum(f.n_upper for f in forests),
+        "rows_in_transit": "files" if through_files else "memory",
         "strata": strata.describe() if strata else None,
         "stitch_sse_gain": sum(s["stitch_gain"] for s in summaries),
         "auto_portfolio": _auto_portfolio(summaries),

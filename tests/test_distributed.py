@@ -1804,3 +1804,49 @@ def test_frequent_tuples_are_grouped_with_themselves():
     assert np.bincount(solved).min() >= 5 and len(np.unique(solved[12:16])) == 1
     one = stitch.solve_without_duplicates(np.vstack([Z[:12], [[0.1, 0.0]]]), 5, Solver.build("mdav"))
     assert one.tolist() == [0] * 5 + [1] * 7 + [0]  # both groups at (0, 0): the lower number
+
+
+@pytest.mark.parametrize("workers, threads, processes", [(1, 2, False), (2, 1, False), (2, 1, True)],
+                         ids=["one-process", "two-workers", "worker-processes"])
+def test_rows_in_transit_through_files_give_the_same_release_and_leave_no_file(tmp_path, data, monkeypatch,
+                                                                               workers, threads, processes):
+    """With the tasks in the job's process, the routed rows go through files in a scratch directory
+    (pipeline.transit) beyond TRANSIT_MEMORY_SHARE of the memory: each routing task writes one file, each block
+    task reads its rows from every file and writes those for its upper planes to one file, which their tasks
+    read; the release is the one through memory, and the directory is gone after the job. Workers in other
+    processes keep the rows in memory (they might not see the files)."""
+    from distributed import Client, LocalCluster
+
+    from microagg.pipeline import release, transit
+
+    root, df = data
+    weighted = root / "weighted.parquet"
+    df.assign(weight=np.random.default_rng(4).uniform(0.5, 4.0, len(df))).to_parquet(weighted, index=False)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    written, read = [], []
+    write, read_keys = transit.write_rows, transit.read_keys
+    monkeypatch.setattr(transit, "write_rows", lambda path, *a: written.append(path) or write(path, *a))
+    monkeypatch.setattr(transit, "read_keys", lambda pairs: read.append(pairs) or read_keys(pairs))
+    runs = {}
+    base = dict(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500, blocks_per_task=4)
+    with dask.config.set({"temporary-directory": str(scratch)}), \
+            LocalCluster(n_workers=workers, threads_per_worker=threads, processes=processes,
+                         dashboard_address=":0") as cluster, Client(cluster):
+        for name, source, options in [("plain", root / "four", base),
+                                      ("weighted", weighted, dict(base, weights="weight", strata=("region",)))]:
+            for threshold in (0, 10**18):
+                monkeypatch.setattr(release, "TRANSIT_MEMORY_SHARE", threshold)
+                out = tmp_path / f"{name}-{threshold}"
+                report = release.run(str(source), str(out), release.ReleaseOptions(**options))
+                runs[name, threshold] = report["rows_in_transit"], _files(out)
+                assert [p for p in os.listdir(scratch) if p.startswith(transit.PREFIX)] == []  # beside Dask's own
+    for name in ("plain", "weighted"):
+        assert runs[name, 0][1] == runs[name, 10**18][1]
+        assert runs[name, 10**18][0] == "memory"
+        assert runs[name, 0][0] == ("memory" if processes else "files")
+    if not processes:
+        routed = [path for path in written if "-upper-" not in path]
+        assert len(routed) >= 4 + 2 and len(set(written)) == len(written)  # one file per input partition
+        assert len(written) - len(routed) >= 2  # block tasks below an upper plane
+        assert len(read) >= 2 * 2  # every block task (pack) and upper plane of each job reads its rows

@@ -1,0 +1,161 @@
+"""Rows in transit through files: the routing's all-to-all exchange without holding it in memory.
+
+Every input partition's rows go to every block task (:mod:`pipeline.release`), and none can start before
+the last partition is routed: held in memory, the rows in transit (a row's QI values, row id and leaf:
+120 bytes at 13 QIs) are the job's largest part, and grow with the rows (3.6 GB at 30M rows). When the
+tasks run in the job's own process, each routing task instead writes its rows to one file in a scratch
+directory, cut by key into contiguous ranges, and returns only where each key's rows start
+(:class:`Written`); each consumer reads its key's ranges from every file straight into its arrays
+(:func:`read_key`). The files go through the page cache, which the kernel writes out and reclaims as it
+needs: the worker's own memory no longer holds them. The scratch directory (:func:`scratch`) lives for
+the stage and is removed after it; one left by a killed job is removed by the next job that starts on
+the host.
+"""
+
+import logging
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from typing import NamedTuple
+
+import dask
+import numpy as np
+
+from ..kernels import groups
+
+log = logging.getLogger(__name__)
+
+PREFIX = "microagg-transit-"
+"""Scratch directories are named ``PREFIX<pid>-<random>``: the pid tells a later job whether its job still runs."""
+
+ROOM = 2.0
+"""The scratch directory's filesystem must have this many times the rows' bytes free, else the rows stay in memory."""
+
+
+class Written(NamedTuple):
+    """One routing task's file: array ``j`` (``dtypes[j]``, ``widths[j]`` values a row; 0: one value, a
+    vector) starts at byte ``offsets[j]``, its rows in key order; key ``i``'s rows are ``bounds[i]:bounds[i+1]``."""
+
+    path: str
+    bounds: np.ndarray
+    offsets: tuple
+    dtypes: tuple
+    widths: tuple
+
+
+def write_rows(path, key, n_keys, arrays):
+    """Write ``arrays`` (per-row arrays of one length; None entries skipped) to ``path``, their rows ordered by
+    ``key`` (``0..n_keys-1``; a stable counting sort: each key's rows keep their order). Returns :class:`Written`."""
+    bounds, order = groups.group_members(np.ascontiguousarray(key, dtype=np.int64), n_keys)
+    arrays = [a for a in arrays if a is not None]
+    offsets, position = [], 0
+    with open(path, "wb") as f:
+        for a in arrays:
+            offsets.append(position)
+            block = np.ascontiguousarray(np.take(a, order, axis=0))
+            f.write(_bytes(block))
+            position += block.nbytes
+    return Written(path, bounds, tuple(offsets), tuple(a.dtype.str for a in arrays),
+                   tuple(a.shape[1] if a.ndim == 2 else 0 for a in arrays))
+
+
+def _bytes(array):
+    """A C-contiguous array's bytes, not copied (empty arrays too, which ``memoryview.cast`` refuses)."""
+    return memoryview(array.reshape(-1).view(np.uint8))
+
+
+def _read_into(f, offset, buffer):
+    view = _bytes(buffer)
+    done = 0
+    while done < len(view):
+        f.seek(offset + done)
+        got = f.readinto(view[done:])
+        if not got:
+            raise EOFError(f"{f.name}: {len(view) - done} bytes missing at offset {offset + done}")
+        done += got
+
+
+def read_key(written, key):
+    """Key ``key``'s rows of every file in ``written`` (:class:`Written`, all of one layout), in that order
+    (:func:`read_keys`)."""
+    return read_keys([(w, key) for w in written])
+
+
+def read_keys(pairs):
+    """The rows of key ``key`` of file ``written`` for each ``(written, key)`` of ``pairs`` (:class:`Written`, all
+    of one layout), in that order: a list of arrays, one per array written, each read straight into its place;
+    None if there are none."""
+    pairs = [(w, key) for w, key in pairs if w.bounds[key + 1] > w.bounds[key]]
+    if not pairs:
+        return None
+    first = pairs[0][0]
+    counts = [int(w.bounds[key + 1] - w.bounds[key]) for w, key in pairs]
+    total = sum(counts)
+    out = [np.empty((total, width) if width else total, dtype=np.dtype(dtype))
+           for dtype, width in zip(first.dtypes, first.widths)]
+    at = 0
+    for (w, key), n in zip(pairs, counts):
+        with open(w.path, "rb", buffering=0) as f:
+            for array, offset in zip(out, w.offsets):
+                row_bytes = array.itemsize * (array.shape[1] if array.ndim == 2 else 1)
+                _read_into(f, offset + int(w.bounds[key]) * row_bytes, array[at:at + n])
+        at += n
+    return out
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale(root):
+    """Remove the scratch directories under ``root`` whose job (its pid, on this host) no longer runs. Returns
+    how many."""
+    removed = 0
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.startswith(PREFIX):
+            continue
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def scratch_root():
+    """Where scratch directories go: Dask's ``temporary-directory`` (where its workers spill), else the system's."""
+    return dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+
+
+@contextmanager
+def scratch(n_bytes):
+    """A scratch directory for ``n_bytes`` of rows in transit, removed on exit; None (the rows stay in memory)
+    if its filesystem has less than :data:`ROOM` times that free."""
+    root = scratch_root()
+    removed = remove_stale(root)
+    if removed:
+        log.info("removed %d scratch directories left by jobs that no longer run under %s", removed, root)
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        free = 0
+    if free < ROOM * n_bytes:
+        log.info("rows in transit kept in memory: %s has %.1f GB free, less than %.1f GB", root, free / 1e9,
+                 ROOM * n_bytes / 1e9)
+        yield None
+        return
+    path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

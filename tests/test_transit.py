@@ -1,0 +1,83 @@
+"""Rows in transit through files (pipeline.transit): written cut by key, read back by key."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from microagg.pipeline import transit
+
+
+def _rows(rng, n, width):
+    return [np.arange(n, dtype=np.int64) * 3 + 7, rng.integers(0, 50, n), rng.normal(size=(n, width))]
+
+
+def test_each_key_s_rows_come_back_from_every_file_in_file_order_and_in_their_own_order(tmp_path):
+    rng = np.random.default_rng(5)
+    n_keys, parts, written = 6, [], []
+    for i, n in enumerate([1000, 0, 37, 2500]):
+        arrays = _rows(rng, n, 4)
+        key = rng.integers(0, n_keys, n)
+        key[key == 4] = 3  # key 4 empty in every file
+        parts.append((arrays, key))
+        written.append(transit.write_rows(str(tmp_path / f"part-{i}"), key, n_keys, arrays + [None]))
+    for k in range(n_keys):
+        got = transit.read_key(written, k)
+        expected = [np.concatenate([a[key == k] for a, key in ((arrays[j], key) for arrays, key in parts)])
+                    for j in range(3)]
+        if k == 4:
+            assert got is None
+            continue
+        assert [g.dtype for g in got] == [np.int64, np.int64, np.float64] and got[2].shape[1] == 4
+        for g, e in zip(got, expected):
+            np.testing.assert_array_equal(g, e)
+    assert os.path.getsize(tmp_path / "part-1") == 0
+    assert os.path.getsize(tmp_path / "part-0") == 1000 * (8 + 8 + 32)
+
+
+def test_a_file_cut_short_is_an_error_not_missing_rows(tmp_path):
+    rng = np.random.default_rng(1)
+    arrays = _rows(rng, 100, 2)
+    written = transit.write_rows(str(tmp_path / "part"), np.zeros(100, dtype=np.int64), 1, arrays)
+    os.truncate(tmp_path / "part", 100 * 16 + 50)
+    with pytest.raises(EOFError, match="bytes missing"):
+        transit.read_key([written], 0)
+
+
+def test_the_scratch_directory_goes_on_exit_and_one_left_by_a_job_that_no_longer_runs_goes_with_the_next(
+        tmp_path, monkeypatch):
+    import dask
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    left = tmp_path / f"{transit.PREFIX}{int(dead.stdout)}-abc"  # a killed job's
+    running = tmp_path / f"{transit.PREFIX}{os.getppid()}-def"  # a job that still runs
+    other = tmp_path / "microagg-other"
+    for d in (left, running, other):
+        d.mkdir()
+        (d / "part").write_bytes(b"x")
+    with dask.config.set({"temporary-directory": str(tmp_path)}):
+        with transit.scratch(1000) as path:
+            assert os.path.dirname(path) == str(tmp_path) and os.path.basename(path).startswith(
+                f"{transit.PREFIX}{os.getpid()}-")
+            assert not left.exists() and running.exists() and other.exists()
+            with open(os.path.join(path, "part"), "wb") as f:
+                f.write(b"rows")
+        assert not os.path.exists(path)
+        monkeypatch.setattr(transit, "ROOM", 10**30)  # no room on the disk: the rows stay in memory
+        with transit.scratch(1000) as path:
+            assert path is None
+    assert running.exists() and other.exists()
+
+
+def test_the_scratch_directory_goes_when_the_stage_fails(tmp_path):
+    import dask
+
+    with dask.config.set({"temporary-directory": str(tmp_path)}):
+        with pytest.raises(RuntimeError, match="a task failed"):
+            with transit.scratch(10) as path:
+                open(os.path.join(path, "part"), "wb").close()
+                raise RuntimeError("a task failed")
+    assert os.listdir(tmp_path) == []
