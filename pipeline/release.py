@@ -717,6 +717,7 @@ def transit_directory(n_rows, cells, wanted=True):
     """A scratch directory for ``n_rows`` rows of ``cells`` 8-byte cells in transit (:func:`solve_blocks`), removed
     on exit; None (the rows travel in memory) up to :data:`TRANSIT_MEMORY_SHARE` of the memory, or when the tasks do
     not all run in this process (a worker elsewhere could not read the files), or without the disk room for them."""
+    transit.clean()  # a killed job's files
     n_bytes = 8 * n_rows * cells
     if not wanted or not _in_this_process() or n_bytes <= TRANSIT_MEMORY_SHARE * _process_memory():
         yield None

@@ -137,14 +137,20 @@ def scratch_root():
     return dask.config.get("temporary-directory", None) or tempfile.gettempdir()
 
 
+def clean():
+    """:func:`remove_stale` under :func:`scratch_root`, logged; every job on the host calls it, so that one
+    killed in its blocks stage leaves its files only until the next job starts."""
+    root = scratch_root()
+    removed = remove_stale(root)
+    if removed:
+        log.info("removed %d scratch directories left by jobs that no longer run under %s", removed, root)
+
+
 @contextmanager
 def scratch(n_bytes):
     """A scratch directory for ``n_bytes`` of rows in transit, removed on exit; None (the rows stay in memory)
     if its filesystem has less than :data:`ROOM` times that free."""
     root = scratch_root()
-    removed = remove_stale(root)
-    if removed:
-        log.info("removed %d scratch directories left by jobs that no longer run under %s", removed, root)
     try:
         free = shutil.disk_usage(root).free
     except OSError:

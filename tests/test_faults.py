@@ -744,3 +744,44 @@ def test_a_job_whose_directory_was_taken_commits_nothing(tmp_path):
         io.commit_output(tmp, out)
     io.discard_output(tmp)
     assert all_files(out) == previous and not temporaries(out)
+
+
+def test_a_job_s_rows_in_transit_go_with_its_unwinding_or_after_a_kill_with_the_next_job(tmp_path, data):
+    """Rows in transit through files (pipeline.transit; forced by a driver that sets the memory share to 0):
+    a job stopped by SIGTERM in its blocks stage removes its scratch directory as it unwinds; one killed
+    there leaves it, and the next job on the host (whose rows stay in memory) removes it."""
+    _, source = data
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "DASK_TEMPORARY_DIRECTORY": str(scratch)}
+    program = [sys.executable, "-c", "import sys; from microagg.pipeline import release; "
+                                     "release.TRANSIT_MEMORY_SHARE = 0; sys.argv[0] = 'microagg'; "
+                                     "from microagg.jobs.cli import console; console()"]
+
+    def transit_dirs():
+        return sorted(p.name for p in scratch.iterdir() if p.name.startswith("microagg-transit-"))
+
+    def through_files(e):
+        return "rows in transit through files" in e.get("message", "")
+
+    for sig, code in ((signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)):
+        out = tmp_path / f"release-{sig}"
+        job = Job("anonymize", source, out, "--k", 5, *OPTIONS, program=program, env=env)
+        try:
+            job.wait_for(through_files, "rows in transit through files", timeout=120)
+            assert transit_dirs() == [e for e in transit_dirs() if e.startswith(f"microagg-transit-{job.proc.pid}-")]
+            assert len(transit_dirs()) == 1
+            job.signal(sig)
+            assert job.finish(timeout=60) == code
+        finally:
+            job.stop()
+        assert not any(stage("gate", "started")(e) for e in job.events)  # stopped in the blocks stage
+        assert not out.exists()
+        assert len(transit_dirs()) == (1 if sig == signal.SIGKILL else 0)
+
+    out = tmp_path / "release-next"
+    done = subprocess.run([str(BIN / "microagg"), "anonymize", *map(str, (source, out, "--k", 5, *OPTIONS)),
+                           "--no-evaluate", "--no-html"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert transit_dirs() == []
+    assert json.loads((out / "_report.json").read_text())["rows_in_transit"] == "memory"

@@ -59,10 +59,11 @@ def test_the_scratch_directory_goes_on_exit_and_one_left_by_a_job_that_no_longer
         d.mkdir()
         (d / "part").write_bytes(b"x")
     with dask.config.set({"temporary-directory": str(tmp_path)}):
+        transit.clean()  # as every job does when it starts its blocks stage
+        assert not left.exists() and running.exists() and other.exists()
         with transit.scratch(1000) as path:
             assert os.path.dirname(path) == str(tmp_path) and os.path.basename(path).startswith(
                 f"{transit.PREFIX}{os.getpid()}-")
-            assert not left.exists() and running.exists() and other.exists()
             with open(os.path.join(path, "part"), "wb") as f:
                 f.write(b"rows")
         assert not os.path.exists(path)
