@@ -36,7 +36,7 @@ import os
 import threading
 import time
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from functools import partial, reduce
 import uuid
 from dataclasses import asdict, dataclass, field, replace
@@ -400,6 +400,8 @@ class _Job:
     # files' path prefix for the rows a block task sends to its upper planes (:mod:`pipeline.transit`),
     # or None: they travel in memory
     transit: str | None = None
+    # the output files' first row ids, when the released pieces go through files too (:class:`FiledRelease`)
+    release_files: np.ndarray | None = None
 
 
 def _shipped(job):
@@ -430,6 +432,48 @@ class Released(NamedTuple):
     group: np.ndarray
     table: np.ndarray
     summary: dict
+
+
+class FiledRelease(NamedTuple):
+    """A :class:`Released` piece whose rows went to a file (:mod:`pipeline.transit`), each row with its released
+    values, cut by output file (key ``f``: the rows of the file that starts at row id ``starts[f]``), so that
+    the write reads each file's rows alone (:func:`_file_rows`) and nothing of the release stays in memory but
+    its ``summary`` (:class:`Released`'s). ``width``: its values' columns."""
+
+    written: object  # pipeline.transit.Written
+    starts: np.ndarray
+    width: int
+    summary: dict
+
+
+RELEASED_FILE = "-released-"
+"""In the name of a released piece's file (:func:`_filed`), and of no other file in the scratch directory."""
+
+
+def _filed(released, job):
+    """``released`` written to a file as a :class:`FiledRelease` when the job's released pieces go through files
+    (``job.release_files``), else as it is."""
+    starts = job.release_files
+    if starts is None:
+        return released
+    key = np.searchsorted(starts, released.row_id, side="right") - 1
+    values = released.table[released.group]  # each row's tuple: a file's rows then need no table
+    written = transit.write_rows(f"{job.transit}{RELEASED_FILE}{uuid.uuid4().hex}", key, len(starts),
+                                 [released.row_id, values])
+    return FiledRelease(written, starts, released.table.shape[1], released.summary)
+
+
+def _file_rows(piece, start):
+    """``(row ids, groups, group table)`` of a released piece (:class:`Released` or :class:`FiledRelease`) for the
+    output file whose first row id is ``start``: a Released whole (the file's rows are found in it by binary
+    search), a FiledRelease's rows of that file read from its file, each row a group of its own."""
+    if not isinstance(piece, FiledRelease):
+        return piece.row_id, piece.group, piece.table
+    arrays = transit.read_keys([(piece.written, int(np.searchsorted(piece.starts, start, side="right")) - 1)])
+    if arrays is None:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty((0, piece.width))
+    row_id, values = arrays
+    return row_id, np.arange(len(row_id), dtype=np.int64), values
 
 
 def _concat(pieces, width):
@@ -477,8 +521,14 @@ def _route_to_file(part, job, path):
 
 
 def _release(rows, labels, job, gain, picks=None):
-    """:class:`Released` for ``rows`` grouped by ``labels`` (``0..g-1``) with the job's aggregate;
-    ``picks``: ``auto``'s race counts of the task(s) that solved them."""
+    """:class:`Released` for ``rows`` grouped by ``labels`` (``0..g-1``) with the job's aggregate (a
+    :class:`FiledRelease` when the job's released pieces go through files); ``picks``: ``auto``'s race counts
+    of the task(s) that solved them."""
+    return _filed(_released(rows, labels, job, gain, picks), job)
+
+
+def _released(rows, labels, job, gain, picks=None):
+    """:func:`_release`'s :class:`Released`."""
     if not len(labels):
         return Released(rows.row_id, labels, np.empty((0, len(job.qi))),
                         summarize(rows, labels, None, job, gain, picks))
@@ -612,14 +662,15 @@ def _wait(objs):
 
 
 def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_column=0, sample=None, edges=None,
-                 transit_dir=None):
+                 transit_dir=None, release_files=False):
     """Sample -> split tree -> route -> one task per subtree -> kernels -> stitched release.
 
     The rows travel between stages as arrays (:class:`Rows`) in explicit task graphs: every input
     partition is cut into one piece per task, every task into its released rows plus one piece per
     upper plane above it. ``sample``: :func:`draw_sample`'s result, if the caller has it. With ``strata``
     (:class:`pipeline.strata.Strata`) each stratum has its own tree. ``transit_dir``: a scratch directory
-    (:func:`transit_directory`) through which the routed rows go when the tasks share their outputs. Returns ``(released, forest)``: a list of delayed :class:`Released` (every group lies
+    (:func:`transit_directory`) through which the rows in transit go; ``release_files``: the released pieces
+    too (:class:`FiledRelease`; the directory must then outlive the release's write). Returns ``(released, forest)``: a list of delayed :class:`Released` (every group lies
     wholly inside one of them) and the :class:`pipeline.blocking.Forest`.
     """
     start = time.perf_counter()
@@ -634,7 +685,9 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
              tree.n_leaves, tree.n_tasks, tree.n_packs, tree.n_upper, len(sample), time.perf_counter() - start)
     layer = graph.Layer("microagg-blocks")
     job = _shipped(_Job(tuple(qi), mean, std, tree, options, strata, first_column, edges=edges,
-                        transit=os.path.join(transit_dir, layer.name) if transit_dir else None))
+                        transit=os.path.join(transit_dir, layer.name) if transit_dir else None,
+                        release_files=np.asarray(file_divisions(n_rows, options.rows_per_file)[:-1], dtype=np.int64)
+                        if transit_dir and release_files else None))
     columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
     parts = frame[columns].to_delayed()
     shared = _shares_outputs(n_rows, len(qi))
@@ -726,6 +779,23 @@ def transit_directory(n_rows, cells, wanted=True):
         if path:
             log.info("rows in transit through files under %s (%.2f GB)", path, n_bytes / 1e9)
         yield path
+
+
+@contextmanager
+def _transit_for(scratch, n_rows, cells, wanted, released_cells):
+    """``(directory, whether the released pieces go through it)``: :func:`transit_directory` entered on
+    ``scratch`` (an ``ExitStack`` of :func:`run`'s, closed after the write, which reads the released pieces),
+    or, without one (a library caller computes the release later), for the blocks stage alone. The released
+    pieces (``released_cells`` 8-byte cells a row: row id, group, a share of their group's tuple) go through
+    it when they too would take more than :data:`TRANSIT_MEMORY_SHARE` of the memory: written, each row with
+    its values, they are three times their size in memory, which cost the 30M-row job 3-5 s (4 %) here for
+    0.5 GiB (BENCHMARKS.md, fifty-fourth session)."""
+    if scratch is not None:
+        path = scratch.enter_context(transit_directory(n_rows, cells, wanted))
+        yield path, bool(path) and 8 * n_rows * released_cells > TRANSIT_MEMORY_SHARE * _process_memory()
+        return
+    with transit_directory(n_rows, cells, wanted) as path:
+        yield path, False
 
 
 def _taken(outputs, slots):
@@ -1226,6 +1296,8 @@ def _by_file(released, starts):
     piece is then counted (and, on a cluster, spilled or sent) at its own size, not with the whole
     table again (at 100M rows the repeated tables made the worker think it held 20 GB).
     """
+    if isinstance(released, FiledRelease):  # already cut by file
+        return [_file_rows(released, start) for start in starts]
     row_id, group, table = released.row_id, released.group, released.table
     cuts, rank, ids, id_bounds = groups.file_pieces(row_id, np.ascontiguousarray(group, dtype=np.int64), len(table),
                                                     np.asarray(starts, dtype=np.int64))
@@ -1338,7 +1410,7 @@ def _from_pieces(func, lead, start, stop, args, places, *bundles):
     """:func:`_led` ``func(start, stop, *args, places, *pieces)`` over whole released pieces (in
     :class:`pipeline.graph.Bundle` objects; ``places``: each piece's column positions), whose rows outside
     ``start..stop-1`` :func:`_scatter` skips by binary search (the one-process form of :func:`_per_file`)."""
-    return _led(func, lead, start, stop, *args, places, *[(p.row_id, p.group, p.table) for b in bundles for p in b])
+    return _led(func, lead, start, stop, *args, places, *[_file_rows(p, start) for b in bundles for p in b])
 
 
 def _one_process():
@@ -1509,7 +1581,8 @@ def _join_aside():
         thread.join()
 
 
-def build_release(ddf, options, timings=None, identifier_key=None, columns=None, keep_input=True, row_check=None):
+def build_release(ddf, options, timings=None, identifier_key=None, columns=None, keep_input=True, row_check=None,
+                  scratch=None):
     """All stages but the write: ``(released, report)``.
 
     ``released`` is a lazy Dask DataFrame of the input rows in input order (QIs replaced by group
@@ -1518,7 +1591,9 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
     ``plan(ddf, options)`` when the caller has already validated. ``keep_input``: on a cluster, keep
     the input in memory for every pass (read once); False re-reads it in each pass (for an input
     larger than the workers' memory). ``row_check``: the :class:`pipeline.io.RowShape` of a CSV input
-    (:func:`pipeline.io.row_shape`), whose rows swallowed by a quote left open are refused.
+    (:func:`pipeline.io.row_shape`), whose rows swallowed by a quote left open are refused. ``scratch``: an
+    ``ExitStack`` the caller closes once the release is written: the rows in transit's files, the released
+    pieces' among them, live until then (:func:`_transit_for`).
     """
     from .. import __version__
 
@@ -1562,14 +1637,18 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
                             covariance, lengths, strata, np.where(constant, lo, np.nan), edges, complete)
     by_tree = not sequence.is_sequence(options.method)
     cells = len(qi) + (2 + bool(options.weights)) * len(blocks)  # QI values, row ids, leaves (and weights)
-    with timings.stage("blocks"), transit_directory(n_rows, cells, by_tree) as transit_dir:
+    released_cells = 2 * len(blocks) + len(qi) / options.k  # row ids, groups; tuples of k rows or more
+    with timings.stage("blocks"), _transit_for(scratch, n_rows, cells, by_tree, released_cells) as (transit_dir,
+                                                                                                   release_files):
         solved, forests, through_files = [], [], transit_dir is not None
+        release_files = through_files and release_files
         sample = draw_sample(frame, qi, n_rows, options)  # one sample serves every attribute block
         for block, first in zip(blocks, starts):
             cols = np.arange(first, first + len(block))
             solve = solve_blocks if by_tree else solve_sequence
             pieces, forest = solve(frame, block, n_rows, mean[cols], std[cols], options, strata, int(first), sample,
-                                   edges, **({"transit_dir": transit_dir} if by_tree else {}))
+                                   edges, **({"transit_dir": transit_dir, "release_files": release_files}
+                                             if by_tree else {}))
             solved.append(pieces)
             forests.append(forest)
         flat = dask.persist(*[p for pieces in solved for p in pieces])
@@ -1581,6 +1660,8 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         released = restore_order(frame, by_block, lengths, qi, ids, n_rows, options.rows_per_file, key,
                                  options.release_where)
         _wait(flat)
+        if release_files:  # the rows in transit are solved: only the released pieces' files are read again
+            transit.remove_files(transit_dir, keep=RELEASED_FILE)
     with timings.stage("gate"):
         per_block = [gate(pieces, options.k, n_rows) for pieces in solved]  # k-anonymous block by block
         data = [_merged_data(block_summaries) for block_summaries, _ in per_block]
@@ -1620,6 +1701,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         "tasks": sum(f.n_tasks for f in forests),
         "upper_planes": sum(f.n_upper for f in forests),
         "rows_in_transit": "files" if through_files else "memory",
+        "released_pieces": "files" if release_files else "memory",
         "strata": strata.describe() if strata else None,
         "stitch_sse_gain": sum(s["stitch_gain"] for s in summaries),
         "auto_portfolio": _auto_portfolio(summaries),
@@ -1777,6 +1859,8 @@ def _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, start
         "blocks": len(blocks),
         "attribute_blocks": {"blocks": [{"columns": b} for b in blocks]} if len(blocks) > 1 else None,
         "tasks": buckets,
+        "rows_in_transit": "memory",
+        "released_pieces": "memory",
         "strata": strata.describe() if strata else None,
         "noise": options.noise,
         "epsilon": options.epsilon,
@@ -1893,13 +1977,15 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
     size = _stored_bytes(input_path)
     with _page_helper(size, page) as helper:
         tmp = io.prepare_output(output)
+        scratch = ExitStack()  # the rows in transit's files (build_release), removed once the release is written
         try:
             _workers_see(tmp)  # the release's temporary directory, which the workers write into
             keep = _fits_in_memory(size)
             started = time.perf_counter()
             row_check = None if rows_in_quotes else io.row_shape(input_path, csv, len(ddf.columns), len(columns[0]))
             try:
-                released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
+                released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check,
+                                                 scratch)
                 dtypes = None
             except CSVTypeChange:  # in the statistics pass, the first over every row
                 with timings.stage("csv types"):
@@ -1907,7 +1993,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
                                **({options.weights: "weights"} if options.weights else {})}
                     ddf, dtypes = io.read_retyped(input_path, numbers, csv=csv, text=text, zeros=zeros)
                 timings.seconds["csv types"] = round(time.perf_counter() - started, 4)  # the failed pass's time too
-                released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check)
+                released, report = build_release(ddf, options, timings, identifier_key, columns, keep, row_check,
+                                                 scratch)
                 report["input_types_widened"] = dtypes
             except CSVParseError as exc:  # a malformed row: name its file and line
                 raise io.locate_parse_error(input_path, exc, csv=csv) from exc
@@ -1944,6 +2031,7 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
             # the release's graph holds the input and the released pieces in the workers' memory (on a
             # cluster): let them go before the evaluation reads both files
             del released
+            scratch.close()
             if evaluation is not None:
                 report["evaluation"] = _evaluate_written(input_path, tmp, report, evaluation, options.seed, timings,
                                                          dtypes, csv, text, floats)
@@ -1961,6 +2049,8 @@ def run(input_path, output, options, report_path=None, identifier_key=None, repo
         except BaseException:
             io.discard_output(tmp)
             raise
+        finally:
+            scratch.close()
         if not default_report:
             try:
                 if page is not None:

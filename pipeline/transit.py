@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 PREFIX = "microagg-transit-"
 """Scratch directories are named ``PREFIX<pid>-<random>``: the pid tells a later job whether its job still runs."""
 
-ROOM = 2.0
-"""The scratch directory's filesystem must have this many times the rows' bytes free, else the rows stay in memory."""
+ROOM = 3.0
+"""The scratch directory's filesystem must have this many times the rows' bytes free (the released pieces go there too), else the rows stay in memory."""
 
 
 class Written(NamedTuple):
@@ -102,6 +102,13 @@ def read_keys(pairs):
                 _read_into(f, offset + int(w.bounds[key]) * row_bytes, array[at:at + n])
         at += n
     return out
+
+
+def remove_files(directory, keep):
+    """Remove the files of ``directory`` whose name does not contain ``keep``."""
+    for name in os.listdir(directory):
+        if keep not in name:
+            os.remove(os.path.join(directory, name))
 
 
 def _alive(pid):

@@ -1813,8 +1813,9 @@ def test_rows_in_transit_through_files_give_the_same_release_and_leave_no_file(t
     """With the tasks in the job's process, the routed rows go through files in a scratch directory
     (pipeline.transit) beyond TRANSIT_MEMORY_SHARE of the memory: each routing task writes one file, each block
     task reads its rows from every file and writes those for its upper planes to one file, which their tasks
-    read; the release is the one through memory, and the directory is gone after the job. Workers in other
-    processes keep the rows in memory (they might not see the files)."""
+    read; every released piece goes to a file cut by output file, which the write reads file by file. The
+    release is the one through memory, and the directory is gone after the job. Workers in other processes
+    keep the rows in memory (they might not see the files)."""
     from distributed import Client, LocalCluster
 
     from microagg.pipeline import release, transit
@@ -1839,14 +1840,39 @@ def test_rows_in_transit_through_files_give_the_same_release_and_leave_no_file(t
                 monkeypatch.setattr(release, "TRANSIT_MEMORY_SHARE", threshold)
                 out = tmp_path / f"{name}-{threshold}"
                 report = release.run(str(source), str(out), release.ReleaseOptions(**options))
-                runs[name, threshold] = report["rows_in_transit"], _files(out)
+                runs[name, threshold] = (report["rows_in_transit"], report["released_pieces"]), _files(out)
                 assert [p for p in os.listdir(scratch) if p.startswith(transit.PREFIX)] == []  # beside Dask's own
     for name in ("plain", "weighted"):
         assert runs[name, 0][1] == runs[name, 10**18][1]
-        assert runs[name, 10**18][0] == "memory"
-        assert runs[name, 0][0] == ("memory" if processes else "files")
+        assert runs[name, 10**18][0] == ("memory", "memory")
+        assert runs[name, 0][0] == (("memory",) * 2 if processes else ("files",) * 2)
     if not processes:
-        routed = [path for path in written if "-upper-" not in path]
+        upper = [path for path in written if "-upper-" in path]
+        released = [path for path in written if "-released-" in path]
+        routed = [path for path in written if path not in upper + released]
         assert len(routed) >= 4 + 2 and len(set(written)) == len(written)  # one file per input partition
-        assert len(written) - len(routed) >= 2  # block tasks below an upper plane
+        assert len(upper) >= 2  # block tasks below an upper plane
+        assert len(released) >= 2 * len(upper)  # the block tasks' and the upper planes' released pieces
         assert len(read) >= 2 * 2  # every block task (pack) and upper plane of each job reads its rows
+
+
+def test_the_released_pieces_go_through_files_only_when_they_too_would_take_a_tenth_of_the_memory(tmp_path, data,
+                                                                                                  monkeypatch):
+    """Rows in transit (15 cells a row here) beyond a tenth of the memory go through files; the released pieces
+    (2 cells a row and a k-th of a tuple: 5.25) only beyond it too, since written row by row they cost
+    three times their size. The release is the same either way."""
+    from microagg.pipeline import release
+
+    root, _ = data
+    options = release.ReleaseOptions(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500,
+                                     blocks_per_task=4)
+    n_rows = 20_000
+    runs = {}
+    with dask.config.set(scheduler="synchronous", **{"temporary-directory": str(tmp_path)}):
+        for name, memory in (("both", 40 * n_rows * 8), ("rows", 100 * n_rows * 8), ("none", 200 * n_rows * 8)):
+            monkeypatch.setattr(release, "_process_memory", lambda memory=memory: memory)
+            report = release.run(str(root / "four"), str(tmp_path / name), options)
+            runs[name] = (report["rows_in_transit"], report["released_pieces"]), _files(tmp_path / name)
+    assert {name: how for name, (how, _) in runs.items()} == {
+        "both": ("files", "files"), "rows": ("files", "memory"), "none": ("memory", "memory")}
+    assert runs["both"][1] == runs["rows"][1] == runs["none"][1]

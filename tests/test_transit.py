@@ -82,3 +82,10 @@ def test_the_scratch_directory_goes_when_the_stage_fails(tmp_path):
                 open(os.path.join(path, "part"), "wb").close()
                 raise RuntimeError("a task failed")
     assert os.listdir(tmp_path) == []
+
+
+def test_only_the_files_whose_name_holds_the_mark_are_kept(tmp_path):
+    for name in ("blocks-1-0", "blocks-1-upper-3", "blocks-1-released-ab", "blocks-2-released-cd"):
+        (tmp_path / name).write_bytes(b"rows")
+    transit.remove_files(str(tmp_path), keep="-released-")
+    assert sorted(os.listdir(tmp_path)) == ["blocks-1-released-ab", "blocks-2-released-cd"]
