@@ -2019,7 +2019,7 @@ def _recover_stale(path, tag, host, output, now):
         except OSError:
             return  # gone meanwhile
     if entry_host == host:
-        if _job_running(pid, changed):
+        if job_running(pid, changed):
             return kind == "tmp"
     elif now - changed <= LEASE_EXPIRY:
         return  # another host's job, maybe still running
@@ -2037,7 +2037,7 @@ changed (the boot time in /proc is whole seconds; a clock step): such a process 
 possibly that directory's job."""
 
 
-def _job_running(pid, changed):
+def job_running(pid, changed):
     """Whether process ``pid`` may be the job whose temporary directory last changed at ``changed``
     (seconds since the epoch): the PID exists, is not a zombie and did not start after that."""
     try:

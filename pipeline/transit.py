@@ -23,6 +23,7 @@ import dask
 import numpy as np
 
 from ..kernels import groups
+from . import io
 
 log = logging.getLogger(__name__)
 
@@ -111,30 +112,24 @@ def remove_files(directory, keep):
             os.remove(os.path.join(directory, name))
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def remove_stale(root):
-    """Remove the scratch directories under ``root`` whose job (its pid, on this host) no longer runs. Returns
-    how many."""
+    """Remove the scratch directories under ``root`` whose job (its pid, on this host) no longer runs
+    (:func:`pipeline.io.job_running`: gone, a zombie, or a process that started after the directory last
+    changed, as a restarted container's new job with the same pid). Returns how many."""
     removed = 0
     try:
         names = os.listdir(root)
     except OSError:
         return 0
     for name in names:
-        if not name.startswith(PREFIX):
+        pid = name[len(PREFIX):].split("-", 1)[0] if name.startswith(PREFIX) else ""
+        path = os.path.join(root, name)
+        try:
+            changed = os.stat(path).st_mtime
+        except OSError:  # removed meanwhile
             continue
-        pid = name[len(PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        if pid.isdigit() and not io.job_running(int(pid), changed):
+            shutil.rmtree(path, ignore_errors=True)
             removed += 1
     return removed
 

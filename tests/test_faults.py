@@ -667,13 +667,13 @@ def test_a_reused_pid_does_not_keep_a_dead_jobs_directory():
     later = subprocess.Popen(["sleep", "30"])
     try:
         now = time.time()
-        assert not io._job_running(later.pid, changed=now - 3600)
-        assert io._job_running(later.pid, changed=now)
-        assert io._job_running(os.getpid(), changed=now)
+        assert not io.job_running(later.pid, changed=now - 3600)
+        assert io.job_running(later.pid, changed=now)
+        assert io.job_running(os.getpid(), changed=now)
     finally:
         later.kill()
         later.wait()
-    assert not io._job_running(later.pid, changed=now)
+    assert not io.job_running(later.pid, changed=now)
 
 
 # --- leases: temporary directories of jobs on other hosts -------------------------------------------

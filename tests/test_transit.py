@@ -55,12 +55,14 @@ def test_the_scratch_directory_goes_on_exit_and_one_left_by_a_job_that_no_longer
     left = tmp_path / f"{transit.PREFIX}{int(dead.stdout)}-abc"  # a killed job's
     running = tmp_path / f"{transit.PREFIX}{os.getppid()}-def"  # a job that still runs
     other = tmp_path / "microagg-other"
-    for d in (left, running, other):
+    reused = tmp_path / f"{transit.PREFIX}{os.getpid()}-ghi"  # a killed job's pid, now this process's
+    for d in (left, running, other, reused):
         d.mkdir()
         (d / "part").write_bytes(b"x")
+    os.utime(reused, (0, 0))  # last changed long before this process started
     with dask.config.set({"temporary-directory": str(tmp_path)}):
         transit.clean()  # as every job does when it starts its blocks stage
-        assert not left.exists() and running.exists() and other.exists()
+        assert not left.exists() and not reused.exists() and running.exists() and other.exists()
         with transit.scratch(1000) as path:
             assert os.path.dirname(path) == str(tmp_path) and os.path.basename(path).startswith(
                 f"{transit.PREFIX}{os.getpid()}-")
