@@ -625,7 +625,14 @@ def _stitch_upper_read(job, position, keys, *written):
     arrays = transit.read_keys(list(zip(files, keys)))
     if arrays is None:
         return _stitch_upper(job, position)
-    return _stitch_upper_rows(job, _in_row_order(Rows(*arrays)))
+    return _stitch_upper_rows(job, _rows_read(arrays, grouped=True))
+
+
+def _rows_read(arrays, grouped):
+    """:class:`Rows` (in row-id order) of the arrays read from files written from :class:`Rows`
+    (:func:`pipeline.transit.read_keys`: row ids, leaves, values, groups if ``grouped``, weights if any)."""
+    fields = list(arrays) if grouped else [*arrays[:3], None, *arrays[3:]]
+    return _in_row_order(Rows(*fields))
 
 
 def _stitch_upper_rows(job, rows):
@@ -670,8 +677,9 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
     upper plane above it. ``sample``: :func:`draw_sample`'s result, if the caller has it. With ``strata``
     (:class:`pipeline.strata.Strata`) each stratum has its own tree. ``transit_dir``: a scratch directory
     (:func:`transit_directory`) through which the rows in transit go; ``release_files``: the released pieces
-    too (:class:`FiledRelease`; the directory must then outlive the release's write). Returns ``(released, forest)``: a list of delayed :class:`Released` (every group lies
-    wholly inside one of them) and the :class:`pipeline.blocking.Forest`.
+    too (:class:`FiledRelease`; the directory must then outlive the release's write). Returns ``(released,
+    forest)``: a list of delayed :class:`Released` or :class:`FiledRelease` (every group lies wholly inside one
+    of them) and the :class:`pipeline.blocking.Forest`.
     """
     start = time.perf_counter()
     fraction, sample = sample or draw_sample(frame, qi, n_rows, options)
@@ -756,12 +764,17 @@ for less: on this project's host, the files' fresh pages cost the 10M-row job 3-
 fifty-fourth session)."""
 
 
+def _memory_limits():
+    """Each worker's memory limit (0: none); no worker on a local scheduler."""
+    client = _client()
+    return [] if client is None else [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+
+
 def _process_memory():
     """The memory of the job's process: its workers' memory limits, or the machine's (cgroup-aware)."""
     from distributed.system import MEMORY_LIMIT
 
-    client = _client()
-    limits = [] if client is None else [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    limits = _memory_limits()
     return sum(limits) if limits and all(limits) else MEMORY_LIMIT
 
 
@@ -827,8 +840,7 @@ def _solve_pack_read(job, pack, *bundles):
     arrays = transit.read_key([written for bundle in bundles for written in bundle], pack)
     if arrays is None:
         return _solve_pack(job, pack)
-    weight = arrays[3] if len(arrays) > 3 else None
-    return _solve_pack_rows(job, pack, _in_row_order(Rows(arrays[0], arrays[1], arrays[2], None, weight)))
+    return _solve_pack_rows(job, pack, _rows_read(arrays, grouped=False))
 
 
 def _stitch_upper_from(job, position, slots, *outputs):
@@ -2167,11 +2179,8 @@ def _fits_in_memory(size):
     """Whether the input of ``size`` stored bytes (:func:`_stored_bytes`), held in memory for every pass,
     takes at most 40% of the workers' memory (else every pass re-reads it: slower, but memory no longer
     grows with the input). An input of unknown size is kept (the former behaviour)."""
-    client = _client()
-    if client is None or size is None:
-        return True
-    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
-    return not all(limits) or INPUT_EXPANSION * size <= 0.4 * sum(limits)
+    limits = _memory_limits()
+    return size is None or not limits or not all(limits) or INPUT_EXPANSION * size <= 0.4 * sum(limits)
 
 
 def _write_json(path, data):
