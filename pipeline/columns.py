@@ -102,8 +102,11 @@ class Plan(NamedTuple):
     reads: list
 
 
-def _marks(pair):
-    """About :data:`MARKS` evenly spaced ``(masked values, original values, row ids)`` of a piece."""
+def piece_marks(pair):
+    """About :data:`MARKS` evenly spaced ``(masked values, original values, row ids)`` of a piece (taken
+    when it was aligned, if its QIs went to a file)."""
+    if pair.marks is not None:
+        return pair.marks
     n = pair.X.shape[0]
     at = np.arange(0, n, max(1, n // MARKS))
     return pair.Xm[at] + 0.0, pair.X[at] + 0.0, pair.start + at
@@ -111,7 +114,7 @@ def _marks(pair):
 
 def splitters(marks, n_buckets):
     """Per masked column, the ``n_buckets - 1`` splitters ``(values, row ids)``, sorted by value then
-    row id, from the pieces' :func:`_marks`."""
+    row id, from the pieces' :func:`piece_marks`."""
     rows = np.concatenate([mk[2] for mk in marks])
     values = np.concatenate([mk[0] for mk in marks])
     cut = (np.arange(1, n_buckets) * len(rows)) // n_buckets
@@ -141,10 +144,10 @@ def bucket_of(values, rows, split):
 def _route(pair, split, batch, n_buckets):
     """A piece's records cut by bucket, for the columns ``batch``: per bucket the masked values (one
     field per column) and the original values beside them (one field per column)."""
-    rows = np.arange(pair.start, pair.start + pair.X.shape[0], dtype=np.int64)
+    rows = np.arange(pair.start, pair.start + pair.rows, dtype=np.int64)
     masked, beside = [], []
-    for j in batch:
-        xm, x = pair.Xm[:, j] + 0.0, pair.X[:, j]
+    for j, xm, x in zip(batch, pair.columns(0, batch), pair.columns(1, batch)):
+        xm = xm + 0.0
         bounds, order = groups.group_members(bucket_of(xm, rows, split[j]).astype(np.int64), n_buckets)
         for field, column in ((masked, xm), (beside, x)):
             column = column[order]
@@ -355,16 +358,16 @@ def selection_edges(marks, side, bins=SELECTION_BINS):
     return out
 
 
-def _sorted_column(pair, side, j):
-    """One column of a piece, sorted (NumPy's sort is several times faster than searching the bin of
-    every unsorted value)."""
-    return np.sort((pair.Xm if side == 0 else pair.X)[:, j]) + 0.0
+def _sorted_columns(pair, side, edges):
+    """The columns of a piece that have ``edges``, each sorted (NumPy's sort is several times faster than
+    searching the bin of every unsorted value)."""
+    return [np.sort(column) + 0.0 for column in pair.columns(side, range(len(edges)))]
 
 
 def _bin_counts(pair, edges):
     """Per file and column, how many of the piece's values fall in each bin."""
-    return [[np.diff(np.searchsorted(_sorted_column(pair, side, j), e, side="left"), prepend=0, append=len(pair.X))
-             for j, e in enumerate(edges[side])] for side in (0, 1)]
+    return [[np.diff(np.searchsorted(x, e, side="left"), prepend=0, append=len(x))
+             for x, e in zip(_sorted_columns(pair, side, edges[side]), edges[side])] for side in (0, 1)]
 
 
 def _sum_counts(*counts):
@@ -377,8 +380,7 @@ def _bin_values(pair, edges, wanted):
     out = []
     for side in (0, 1):
         per_column = []
-        for j, e in enumerate(edges[side]):
-            x = _sorted_column(pair, side, j)
+        for j, (x, e) in enumerate(zip(_sorted_columns(pair, side, edges[side]), edges[side])):
             lo, hi = _bounds(e, wanted[side][j])
             x = np.concatenate([x[a:b] for a, b in zip(np.searchsorted(x, lo, side="left"),
                                                        np.searchsorted(x, hi, side="left"))])
@@ -431,7 +433,7 @@ def _bounds(edges, bins):
 def column_measures(pairs, width, n, ps, quantiles, bucket_rows=BUCKET_ROWS, batch_values=BATCH_VALUES):
     """``(ID rate per QI, quantiles of the original (len(quantiles), d), of the masked)``, exactly as
     :func:`metrics.interval_disclosure_rates` and ``np.quantile`` compute them over whole columns."""
-    marks = dask.compute(*[delayed(_marks, pure=True)(p) for p in pairs])
+    marks = dask.compute(*[delayed(piece_marks, pure=True)(p) for p in pairs])
     hs = [metrics.rank_half_width(n, q) for q in ps]
     below, above, weight = quantile_ranks(n, quantiles)
     hits, masked_statistics = interval_hits(pairs, n, hs, marks, bucket_rows, batch_values,

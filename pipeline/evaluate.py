@@ -12,13 +12,16 @@ Stages (each timed under ``timings``):
    dtypes numeric (a text column is refused with its count of non-numeric values and an example),
    ``k``, ``known`` subsets, ``id_percent``; with :func:`run` on two Parquet inputs, the row counts
    from the Parquet footers;
-2. statistics: one pass over the partitions of both files (read once and kept in memory): exact sums
+2. statistics: one pass over the partitions of both files (read once and kept in memory, or, in a large
+   evaluation, read again by the next stage: :func:`scratch_directory`): exact sums
    of the original QIs (:mod:`pipeline.stats`, so the standardization is bit-identical to the release
    pipeline's and to :mod:`pipeline.metrics`'s), partition lengths, NaN / inf / huge counts per column
    of both files; different row counts and non-finite QIs are refused here (counts per column);
 3. align: both files cut at the union of their partition boundaries and of a fixed row-id grid
    (``piece_rows``) into aligned pieces (:class:`Pair`: the QIs of both files as float64 arrays), kept
-   in memory; the non-QI columns present in both files are compared here (differing rows per column);
+   in memory, or in a large evaluation in files that every later pass reads (the worker's memory then
+   holds neither file: 2.8 GiB at 30M rows x 13 QIs instead of 12.8); the non-QI columns present in
+   both files are compared here (differing rows per column);
 4. columns: interval disclosure and quantiles, exact, from every column of both files cut into
    buckets of consecutive ranks (:mod:`pipeline.columns`: no task holds a whole column);
 5. information loss: :func:`metrics.moments` per piece, merged with :func:`metrics.combine_moments`
@@ -63,7 +66,8 @@ both files -> number of rows whose value differs; missing equals missing), ``not
 ``changed`` columns in both files), ``columns_only_in_original``,
 ``columns_only_in_masked``, ``passed`` (k-anonymity, if asked, and every shared column unchanged);
 
-``pieces`` (aligned pieces), ``timings`` (seconds per stage), ``version``; :func:`run` adds
+``pieces`` (aligned pieces), ``aligned_pieces`` (``memory``, or ``files``: :func:`scratch_directory`),
+``timings`` (seconds per stage), ``version``; :func:`run` adds
 ``original``, ``masked`` and ``report`` (the paths).
 
 References
@@ -77,8 +81,10 @@ import json
 import logging
 import math
 import os
+import shutil
 import time
 import uuid
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import dask
@@ -89,10 +95,10 @@ from dask import delayed
 from .. import kernels
 from ..kernels import groups, histogram, linkage
 from ..kernels.stats import HUGE
-from . import columns, graph, io, metrics, stats
+from . import columns, graph, io, metrics, stats, transit
 from .blocking import sample_plan
 from .errors import CSVParseError, CSVTypeChange, InputError
-from .release import Timings, persisted
+from .release import Timings, persisted, transit_directory
 from .release import html_path as release_html_path
 from .validation import as_written, check_k, non_numeric_error, non_numeric_values, spaced_names
 
@@ -106,6 +112,14 @@ MIN_BLOCK_SAMPLE = 8
 QUERY_SALT = 0x1E3779B97F4A7C15
 """Mixed into the seed of the sample of masked records searched (:func:`query_sample`), so that it is
 not the sample that shapes the linkage blocks."""
+SCRATCH_ROOM = 2.5
+"""The scratch files' largest size, in times both files' QIs (16 bytes a cell): the pieces' (1), and one known
+set's routed rows (the originals', 8 bytes a cell and 16 a row, besides a sample of the masked records) and block
+trees (about as much again) before the routed rows are removed: 2.2 times at 13 QIs."""
+PAIR_FILE = "pair-"
+"""In the name of an aligned piece's file (:class:`Pair`), and of no other file in the scratch directory."""
+BLOCK_FILE = "block-"
+"""In the name of a linkage block's file (:func:`_block_tree_read`), and of no other file in its directory."""
 QUANTILE_METHOD = ("exact: np.quantile's linear interpolation (Hyndman-Fan type 7) between order statistics of "
                    "each whole column, ranked in buckets")
 
@@ -238,12 +252,45 @@ def column_statistics(original_parts, masked_parts, qi):
 
 class Pair(NamedTuple):
     """Rows ``start .. start + len(X) - 1`` of both files: the QIs (float64), and per shared non-QI
-    column the number of those rows whose value differs."""
+    column the number of those rows whose value differs. In a large evaluation (:func:`scratch_directory`)
+    the QIs are in the file ``path`` (``X`` and ``Xm`` None), column by column
+    (:func:`pipeline.transit.store_columns`): every task reads its piece's (:meth:`loaded`), or a few of its
+    columns (:meth:`columns`), and the worker's memory no longer holds both files."""
 
     start: int
-    X: np.ndarray
-    Xm: np.ndarray
+    X: np.ndarray | None
+    Xm: np.ndarray | None
     differing: np.ndarray
+    path: str | None = None
+    shape: tuple = ()  # (rows, QIs) of a piece in a file
+    marks: tuple | None = None  # of a piece in a file: its columns.piece_marks, taken before it was written
+
+    @property
+    def rows(self):
+        return self.shape[0] if self.path else self.X.shape[0]
+
+    def loaded(self):
+        """This piece with its QIs in memory (as C-contiguous arrays, read from its file if it has one)."""
+        if self.path is None:
+            return self
+        n, d = self.shape
+        both = transit.read_columns(self.path, n, range(2 * d))
+        return self._replace(X=np.ascontiguousarray(both[:d].T), Xm=np.ascontiguousarray(both[d:].T), path=None,
+                             shape=())
+
+    def matrix(self, side):
+        """The masked (``side`` 0) or original (1) QIs, C-contiguous (only those read from a file)."""
+        if self.path is None:
+            return self.Xm if side == 0 else self.X
+        return np.ascontiguousarray(np.array(self.columns(side, range(self.shape[1]))).T)
+
+    def columns(self, side, columns):
+        """Columns ``columns`` of the masked (``side`` 0) or original (1) QIs: a list of 1-D arrays."""
+        if self.path is None:
+            matrix = self.Xm if side == 0 else self.X
+            return [matrix[:, j] for j in columns]
+        n, d = self.shape
+        return list(transit.read_columns(self.path, n, [j + (d if side == 0 else 0) for j in columns]))
 
 
 def _plain(series):
@@ -289,13 +336,17 @@ def _nans(values):
     return np.zeros(len(values), dtype=bool)
 
 
-def _pair(start, original, a, b, masked, c, d, qi, shared):
+def _pair(start, original, a, b, masked, c, d, qi, shared, directory=None):
     o = original.iloc[a:b]
     m = masked.iloc[c:d]
     X = _float_matrix(o, qi, "original")
     Xm = _float_matrix(m, qi, "masked")
     differing = np.array([differing_rows(o[col], m[col]) for col in shared], dtype=np.int64)
-    return Pair(start, X, Xm, differing)
+    if directory is None:
+        return Pair(start, X, Xm, differing)
+    path = os.path.join(directory, f"{PAIR_FILE}{start}")
+    transit.store_columns(path, [X, Xm])
+    return Pair(start, None, None, differing, path, X.shape, columns.piece_marks(Pair(start, X, Xm, differing)))
 
 
 def piece_bounds(lengths_o, lengths_m, piece_rows):
@@ -313,10 +364,10 @@ def piece_bounds(lengths_o, lengths_m, piece_rows):
     return out
 
 
-def align(original_parts, masked_parts, lengths_o, lengths_m, qi, shared, piece_rows=PIECE_ROWS):
-    """The aligned pieces (delayed :class:`Pair`), persisted."""
+def align(original_parts, masked_parts, lengths_o, lengths_m, qi, shared, piece_rows=PIECE_ROWS, directory=None):
+    """The aligned pieces (delayed :class:`Pair`), persisted; their QIs in files under ``directory`` if given."""
     pieces = [delayed(_pair, pure=True)(s, original_parts[i], s - oo, e - oo, masked_parts[j], s - om, e - om,
-                                        qi, shared)
+                                        qi, shared, directory)
               for s, e, i, j, oo, om in piece_bounds(lengths_o, lengths_m, piece_rows)]
     return list(persisted(*pieces))
 
@@ -325,6 +376,7 @@ def align(original_parts, masked_parts, lengths_o, lengths_m, qi, shared, piece_
 
 
 def _pair_loss(pair, std, edges):
+    pair = pair.loaded()
     scale = np.where(std > 0, std, np.inf)
     sse = float((((pair.X - pair.Xm) / scale) ** 2).sum())
     ones = np.ones(len(pair.X), dtype=np.int64)
@@ -358,16 +410,27 @@ def information_loss(pairs, qi, std, quantiles, q_original, q_masked, edges):
 # --- stage 5: equivalence classes ---------------------------------------------------------------------------
 
 
-def _tuple_buckets(pair, n_buckets):
-    """The distinct released tuples of a piece and their counts, cut into ``n_buckets`` by tuple hash."""
-    A = pair.Xm + 0.0  # -0.0 and 0.0 are one value
+def _distinct_tuples(pair, n_buckets):
+    """The distinct released tuples of a piece, their counts and the bucket of each (by tuple hash)."""
+    A = pair.matrix(0) + 0.0  # -0.0 and 0.0 are one value
     codes, first = metrics._row_codes(A)
     counts = np.bincount(codes, minlength=len(first)).astype(np.int64)
     tuples = np.ascontiguousarray(A[first])
-    bucket = (kernels.row_hashes(tuples, 1) % np.uint64(n_buckets)).astype(np.int64)
+    return (kernels.row_hashes(tuples, 1) % np.uint64(n_buckets)).astype(np.int64), tuples, counts
+
+
+def _tuple_buckets(pair, n_buckets):
+    """The distinct released tuples of a piece and their counts, cut into ``n_buckets`` by tuple hash."""
+    bucket, tuples, counts = _distinct_tuples(pair, n_buckets)
     bounds, order = groups.group_members(bucket, n_buckets)
     tuples, counts = tuples[order], counts[order]
     return [(tuples[s:e], counts[s:e]) for s, e in zip(bounds[:-1], bounds[1:])]
+
+
+def _tuple_buckets_to_file(pair, n_buckets, path):
+    """:func:`_tuple_buckets` into a file cut by bucket (:func:`pipeline.transit.write_rows`)."""
+    bucket, tuples, counts = _distinct_tuples(pair, n_buckets)
+    return transit.write_rows(path, bucket, n_buckets, [tuples, counts])
 
 
 def _class_sizes(width, *parts):
@@ -381,9 +444,25 @@ def _class_sizes(width, *parts):
     return np.bincount(codes, weights=counts, minlength=len(first)).astype(np.int64)
 
 
-def class_sizes(pairs, width):
-    """Sizes of all equivalence classes of the released QI tuples (a distributed exact group count)."""
+def _class_sizes_read(width, b, *bundles):
+    """:func:`_class_sizes` of bucket ``b``'s tuples in the pieces' files, in their order."""
+    arrays = transit.read_key([written for bundle in bundles for written in bundle], b)
+    return _class_sizes(width, *([] if arrays is None else [arrays]))
+
+
+def class_sizes(pairs, width, directory=None):
+    """Sizes of all equivalence classes of the released QI tuples (a distributed exact group count); with
+    ``directory``, the pieces' distinct tuples reach their buckets through files there, removed after."""
     n_buckets = max(1, len(pairs))
+    if directory:
+        layer = graph.Layer("microagg-classes")
+        cut = [layer.task(("cut", i), _tuple_buckets_to_file, p, n_buckets, os.path.join(directory, f"classes-{i}"))
+               for i, p in enumerate(pairs)]
+        bundles = layer.bundles("cuts", cut, kept=False)
+        sizes = dask.compute(*layer.delayed([layer.task(("sizes", b), _class_sizes_read, width, b, *bundles)
+                                             for b in range(n_buckets)]))
+        transit.remove_files(directory, keep=PAIR_FILE)
+        return np.concatenate(sizes)
     cut = [delayed(_tuple_buckets, pure=True, nout=n_buckets)(p, n_buckets) for p in pairs]
     sizes = dask.compute(*[delayed(_class_sizes, pure=True)(width, *[c[b] for c in cut]) for b in range(n_buckets)])
     return np.concatenate(sizes)
@@ -503,10 +582,11 @@ def _by_block(n_blocks, block, *arrays):
     return [tuple(a[order[s:e]] for a in arrays) for s, e in zip(bounds[:-1], bounds[1:])]
 
 
-def _route_links(pair, job):
-    """A piece's originals (row id, standardized tuple) to the block containing each, and its masked
-    records (row id, standardized tuple, distance to their own original) to the block containing each:
-    two lists of ``n_blocks`` pieces."""
+def _links_routed(pair, job):
+    """A piece's originals and its masked records searched, each with the block containing it: ``(blocks,
+    row ids, standardized tuples)`` and ``(blocks, row ids, standardized tuples, distance to their own
+    original, sampling unit)``."""
+    pair = pair.loaded()
     cols = job.columns
     Z = np.ascontiguousarray(kernels.standardize(pair.X, job.mean, job.std)[:, cols])
     row_id = np.arange(pair.start, pair.start + Z.shape[0], dtype=np.int64)
@@ -519,15 +599,41 @@ def _route_links(pair, job):
         Xm, masked_id, unit = Xm[searched], row_id[searched], unit[searched]
     Zm = np.ascontiguousarray(kernels.standardize(Xm, job.mean, job.std)[:, cols])
     own = linkage.paired_distances(np.ascontiguousarray(Z[masked_id - pair.start]), Zm)
+    return (job.partition.route(Z), row_id, Z), (job.partition.route(Zm), masked_id, Zm, own, unit)
+
+
+def _route_links(pair, job):
+    """A piece's originals (row id, standardized tuple) to the block containing each, and its masked
+    records (row id, standardized tuple, distance to their own original, sampling unit) to the block
+    containing each: two lists of ``n_blocks`` pieces."""
+    (to_o, *originals), (to_m, *masked) = _links_routed(pair, job)
     nb = job.partition.n_blocks
-    return (_by_block(nb, job.partition.route(Z), row_id, Z),
-            _by_block(nb, job.partition.route(Zm), masked_id, Zm, own, unit))
+    return _by_block(nb, to_o, *originals), _by_block(nb, to_m, *masked)
+
+
+def _route_links_to_file(pair, job, path):
+    """:func:`_route_links` into two files cut by block (:func:`pipeline.transit.write_rows`), the originals'
+    and the masked records': their :class:`pipeline.transit.Written`."""
+    (to_o, *originals), (to_m, *masked) = _links_routed(pair, job)
+    nb = job.partition.n_blocks
+    return (transit.write_rows(f"{path}-originals", to_o, nb, originals),
+            transit.write_rows(f"{path}-masked", to_m, nb, masked))
+
+
+def _read_block(bundles, side, b, empty):
+    """Block ``b``'s rows in the routing tasks' files (``side`` 0: originals, 1: masked records), or ``empty``."""
+    arrays = transit.read_key([written[side] for bundle in bundles for written in bundle], b)
+    return empty if arrays is None else arrays
 
 
 def _block_tree(width, *pieces):
     """The kd-tree of one block's originals, duplicate tuples collapsed into weighted points."""
     row_id = np.concatenate([np.empty(0, np.int64)] + [p[0] for p in pieces])
     Z = np.concatenate([np.empty((0, width))] + [p[1] for p in pieces])
+    return _tree_of(row_id, Z)
+
+
+def _tree_of(row_id, Z):
     codes, first = metrics._row_codes(Z)
     tree = metrics.build_link_tree(Z[first], weights=np.bincount(codes, minlength=len(first)))
     position = np.empty(len(first), dtype=np.int64)
@@ -536,8 +642,30 @@ def _block_tree(width, *pieces):
     return _Block(tree, row_id[order], position[codes[order]])
 
 
+class _FiledBlock(NamedTuple):
+    """A :class:`_Block` in a file (its tree's arrays, row ids and positions), and its box."""
+
+    stored: object  # pipeline.transit.Stored
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def _block_tree_read(width, b, path, *bundles):
+    """:func:`_block_tree` of block ``b``'s originals in the routing tasks' files, itself written to ``path``."""
+    block = _tree_of(*_read_block(bundles, 0, b, (np.empty(0, np.int64), np.empty((0, width)))))
+    return _FiledBlock(transit.store(path, [*block.tree, block.row_id, block.position]), *_box(block))
+
+
+def _in_memory(block):
+    """A :class:`_Block`, read back from its file if it is a :class:`_FiledBlock`."""
+    if not isinstance(block, _FiledBlock):
+        return block
+    arrays = transit.load(block.stored)
+    return _Block(metrics.LinkTree(*arrays[:-2]), arrays[-2], arrays[-1])
+
+
 def _box(block):
-    lo, hi = block.tree.box
+    lo, hi = (block.lo, block.hi) if isinstance(block, _FiledBlock) else block.tree.box
     return lo.copy(), hi.copy()
 
 
@@ -550,6 +678,16 @@ def _home(width, block, *pieces):
     Zm = np.concatenate([np.empty((0, width))] + [p[1] for p in pieces])
     own = np.concatenate([np.empty(0)] + [p[2] for p in pieces])
     unit = np.concatenate([np.empty(0, np.uint64)] + [p[3] for p in pieces])
+    return _home_of(_in_memory(block), row_id, Zm, own, unit)
+
+
+def _home_read(width, block, b, *bundles):
+    """:func:`_home` of block ``b``'s masked records in the routing tasks' files."""
+    empty = (np.empty(0, np.int64), np.empty((0, width)), np.empty(0), np.empty(0, np.uint64))
+    return _home_of(_in_memory(block), *_read_block(bundles, 1, b, empty))
+
+
+def _home_of(block, row_id, Zm, own, unit):
     codes, first = metrics._row_codes(Zm)
     at = np.minimum(np.searchsorted(block.row_id, row_id), max(len(block.row_id) - 1, 0))
     here = block.row_id[at] == row_id if len(block.row_id) else np.zeros(len(row_id), dtype=bool)
@@ -594,7 +732,7 @@ def _answer(block, b_self, n_blocks, *requests):
         return out
     queries = np.concatenate([a[2] for a in asks])
     bounds = np.concatenate([a[3] for a in asks])
-    links = metrics.query_links(block.tree, queries, np.full(len(bounds), -1, dtype=np.int64), bounds)
+    links = metrics.query_links(_in_memory(block).tree, queries, np.full(len(bounds), -1, dtype=np.int64), bounds)
     at = 0
     for home, idx, _, _ in asks:
         m = len(idx)
@@ -636,10 +774,11 @@ def _credits(linked, sampled):
 
 
 def _pair_sample(pair, seed, threshold):
+    X = pair.matrix(1)
     if threshold is None:
-        return pair.X
-    row_id = np.arange(pair.start, pair.start + pair.X.shape[0], dtype=np.int64)
-    return pair.X[kernels.sample_mask(row_id, seed, threshold)]
+        return X
+    row_id = np.arange(pair.start, pair.start + X.shape[0], dtype=np.int64)
+    return X[kernels.sample_mask(row_id, seed, threshold)]
 
 
 def draw_sample(pairs, n_rows, block_rows, seed):
@@ -666,7 +805,7 @@ def query_sample(n_rows, records, seed):
     return None if threshold is None else (int(seed) ^ QUERY_SALT, threshold)
 
 
-def record_linkage(pairs, mean, std, columns, sample, block_rows=BLOCK_ROWS, queries=None):
+def record_linkage(pairs, mean, std, columns, sample, block_rows=BLOCK_ROWS, queries=None, directory=None):
     """The distributed, exact record linkage of one known set: a list of delayed :class:`Linked` (one per
     block; every masked record searched in exactly one) and the :class:`LinkPartition`. ``queries``:
     :func:`query_sample`'s sample of the masked records to search, or None (all); the originals are
@@ -680,6 +819,12 @@ def record_linkage(pairs, mean, std, columns, sample, block_rows=BLOCK_ROWS, que
     whose bounding box (:func:`metrics.box_lower_bounds`) is no farther than the round-1 best ``b``
     (``<=``: an original at exactly ``b`` changes the count); that block searches within ``b`` (round 2),
     and the answers are merged with :func:`metrics.combine_links`.
+
+    ``directory``: a scratch directory of this known set's own (a large evaluation's; :func:`scratch_directory`):
+    the routing tasks write their rows there, cut by block (:func:`pipeline.transit.write_rows`), which the block
+    and home tasks read; each block task writes its tree there, which the tasks that search it read back. The
+    routed rows' files are removed once the blocks and homes are persisted; the blocks' stay until the caller
+    removes the directory, after :func:`dld_of`.
 
     The graph. Blocks and homes are persisted after round 1 and the blocks' boxes collected (small
     arrays). The rows reach the blocks, round 2's requests the blocks and its answers the homes, through
@@ -705,12 +850,22 @@ def record_linkage(pairs, mean, std, columns, sample, block_rows=BLOCK_ROWS, que
     nb = partition.n_blocks
     job = delayed(_LinkJob(mean, std, columns, partition, queries), name=f"microagg-linkjob-{uuid.uuid4().hex}")
     layer = graph.Layer("microagg-linkage")
-    routed = [layer.task(("route", i), _route_links, p, job) for i, p in enumerate(pairs)]
-    originals = layer.exchange("originals", [layer.item(r, 0) for r in routed], nb, graph.concatenate_fields)
-    masked = layer.exchange("masked", [layer.item(r, 1) for r in routed], nb, graph.concatenate_fields)
-    blocks = [layer.task(("block", b), _block_tree, width, *originals[b]) for b in range(nb)]
-    homes = [layer.task(("home", b), _home, width, blocks[b], *masked[b]) for b in range(nb)]
+    if directory:  # through files: the rows routed, cut by block, and the blocks' trees
+        routed = [layer.task(("route", i), _route_links_to_file, p, job, os.path.join(directory, f"routed-{i}"))
+                  for i, p in enumerate(pairs)]
+        bundles = layer.bundles("routed", routed, kept=False)
+        blocks = [layer.task(("block", b), _block_tree_read, width, b, os.path.join(directory, f"{BLOCK_FILE}{b}"),
+                             *bundles) for b in range(nb)]
+        homes = [layer.task(("home", b), _home_read, width, blocks[b], b, *bundles) for b in range(nb)]
+    else:
+        routed = [layer.task(("route", i), _route_links, p, job) for i, p in enumerate(pairs)]
+        originals = layer.exchange("originals", [layer.item(r, 0) for r in routed], nb, graph.concatenate_fields)
+        masked = layer.exchange("masked", [layer.item(r, 1) for r in routed], nb, graph.concatenate_fields)
+        blocks = [layer.task(("block", b), _block_tree, width, *originals[b]) for b in range(nb)]
+        homes = [layer.task(("home", b), _home, width, blocks[b], *masked[b]) for b in range(nb)]
     blocks, homes = persisted(layer.delayed(blocks), layer.delayed(homes))
+    if directory:  # the routed rows are in the blocks and homes
+        transit.remove_files(directory, keep=BLOCK_FILE)
     boxes = dask.compute(*[delayed(_box, pure=True)(block) for block in blocks])
     lo, hi = np.array([box[0] for box in boxes]), np.array([box[1] for box in boxes])
     second = graph.Layer("microagg-linkage-round-2")
@@ -748,14 +903,12 @@ def dld_of(finals, n_rows, sampled=False):
     ``sampled``: whether :func:`record_linkage` searched a sample (the tuples' credits are then
     collected)."""
     found = dask.compute(*[delayed(_credits, pure=True)(f, sampled) for f in finals])
-    count = np.ones(n_rows, dtype=np.int64)
-    own = np.zeros(n_rows, dtype=bool)
+    credit = np.zeros(n_rows)  # metrics.dld_from_links's credits, 8 bytes a row
     for row_id, c, *_ in found:
-        count[row_id] = c
-        own[row_id] = True
+        credit[row_id] = 1.0 / np.maximum(c, 1)
     records = sum(f[4] for f in found)
-    links = metrics.Links(None, count, own)
-    dld = metrics.dld_from_links(links, records)
+    dld = 100.0 * float(credit.sum()) / records if records else 0.0
+    del credit
     interval = None
     if sampled and records < n_rows:
         credit = np.concatenate([f[5][0] for f in found])
@@ -797,25 +950,53 @@ class Prepared(NamedTuple):
 
 
 def prepare(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT, piece_rows=PIECE_ROWS,
-            timings=None, changed=()):
-    """Stages 1-3: plan, statistics, aligned pieces (persisted)."""
+            timings=None, changed=(), directory=None):
+    """Stages 1-3: plan, statistics, aligned pieces (persisted; their QIs in files under ``directory`` if
+    given: :func:`scratch_directory`)."""
     timings = timings or Timings()
     with timings.stage("validate"):
         qi, scenarios, shared = plan(original, masked, qi, k, known, id_percent, changed)
     with timings.stage("statistics"), io.first_pass():  # a CSV column changing type: CSVTypeChange
-        # both files read once and kept until aligned: every pass sees the same partitions (a local
-        # scheduler reads them here, a cluster in the statistics' compute)
-        original_parts = list(persisted(*original[qi + shared].to_delayed()))
-        masked_parts = list(persisted(*masked[qi + shared].to_delayed()))
+        original_parts = original[qi + shared].to_delayed()
+        masked_parts = masked[qi + shared].to_delayed()
+        if directory is None:
+            # both files read once and kept until aligned: every pass sees the same partitions (a local
+            # scheduler reads them here, a cluster in the statistics' compute)
+            original_parts = list(persisted(*original_parts))
+            masked_parts = list(persisted(*masked_parts))
+        # else read twice, here and by the aligned pieces, each partition held only until its pieces are in files
         lengths_o, lengths_m, mean, std, lo, hi = column_statistics(original_parts, masked_parts, qi)
     with timings.stage("align"):
-        pairs = align(original_parts, masked_parts, lengths_o, lengths_m, qi, shared, piece_rows)
+        pairs = align(original_parts, masked_parts, lengths_o, lengths_m, qi, shared, piece_rows, directory)
         del original_parts, masked_parts
     return Prepared(qi, scenarios, shared, int(sum(lengths_o)), mean, std, pairs, lo, hi)
 
 
+@contextmanager
+def scratch_directory(rows, width):
+    """A scratch directory for an evaluation of ``rows`` rows of ``width`` QIs, removed on exit, or None: the
+    rule of the release's rows in transit (:func:`pipeline.release.transit_directory`), for both files' QIs
+    (16 bytes a row and QI: 2.1 GB at 10M rows x 13 QIs). Through it go the aligned pieces' QIs
+    (:class:`Pair`), read by every pass, and each linkage's routed rows and block trees
+    (:func:`record_linkage`): the worker's memory no longer holds the files. None without ``rows`` (a
+    library caller's DataFrames of unknown length). Its disk must have :data:`SCRATCH_ROOM` times the QIs' size
+    free."""
+    with transit_directory(rows or 0, 2 * width, rows is not None, "both files' QIs", SCRATCH_ROOM) as path:
+        yield path
+
+
+def _linkage_directory(directory, scenario):
+    """A subdirectory of ``directory`` for one known set's linkage (None without ``directory``)."""
+    if directory is None:
+        return None
+    path = os.path.join(directory, f"linkage-{scenario}")
+    os.mkdir(path)
+    return path
+
+
 def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT, *, quantiles=metrics.QUANTILES,
-             block_rows=BLOCK_ROWS, piece_rows=PIECE_ROWS, seed=0, dld_records=None, changed=(), timings=None):
+             block_rows=BLOCK_ROWS, piece_rows=PIECE_ROWS, seed=0, dld_records=None, changed=(), timings=None,
+             rows=None):
     """Utility and disclosure risk of ``masked`` as a release of ``original`` (Dask DataFrames, rows
     corresponding by position), on the active Dask client or scheduler. Returns the report (see the
     module docstring).
@@ -839,17 +1020,27 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
     changed : non-QI columns the release changes on purpose (hashed identifiers): not compared, listed
         under ``checks.not_compared``
     timings : a :class:`pipeline.release.Timings` to add the stage times to
+    rows : the files' row count, when known before reading them (Parquet footers, a release's rows): with
+        it, a large evaluation keeps both files' QIs in files, not in memory (:func:`scratch_directory`)
     """
-    from .. import __version__
-    from . import report as report_page
-
     timings = timings or Timings()
     quantiles = tuple(float(q) for q in quantiles)
     if block_rows < 1 or piece_rows < 1:
         raise InputError(f"block and piece rows must be >= 1, got {block_rows} and {piece_rows}")
     if dld_records is not None and dld_records < 1:
         raise InputError(f"the records searched for the DLD must be >= 1 (or all), got {dld_records}")
-    prep = prepare(original, masked, qi, k, known, id_percent, piece_rows, timings, changed)
+    with scratch_directory(rows, len(_names(qi, "--qi"))) as directory:
+        return _evaluated(original, masked, qi, k, known, id_percent, quantiles, block_rows, piece_rows, seed,
+                          dld_records, changed, timings, directory)
+
+
+def _evaluated(original, masked, qi, k, known, id_percent, quantiles, block_rows, piece_rows, seed, dld_records,
+               changed, timings, directory):
+    """:func:`evaluate`'s work, its pieces' QIs in files under ``directory`` if given."""
+    from .. import __version__
+    from . import report as report_page
+
+    prep = prepare(original, masked, qi, k, known, id_percent, piece_rows, timings, changed, directory)
     qi, pairs, n, d = prep.qi, prep.pairs, prep.n_rows, len(prep.qi)
     ps = [float(p) for p in np.atleast_1d(np.asarray(id_percent, dtype=np.float64))]
     with timings.stage("columns"):
@@ -859,15 +1050,18 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
         loss, differing, (m, counts_x, counts_m) = information_loss(pairs, qi, prep.std, quantiles, q_original,
                                                                      q_masked, edges)
     with timings.stage("classes"):
-        summary = metrics.class_size_summary(class_sizes(pairs, d))
+        summary = metrics.class_size_summary(class_sizes(pairs, d, directory))
     scenarios = []
     with timings.stage("linkage"):
         sample = draw_sample(pairs, n, block_rows, seed)
         queries = query_sample(n, dld_records, seed)
-        for cols in prep.scenarios:
+        for scenario, cols in enumerate(prep.scenarios):
             start = time.perf_counter()
-            finals, partition = record_linkage(pairs, prep.mean, prep.std, cols, sample, block_rows, queries)
+            links = _linkage_directory(directory, scenario)
+            finals, partition = record_linkage(pairs, prep.mean, prep.std, cols, sample, block_rows, queries, links)
             linked = dld_of(finals, n, queries is not None)
+            if links:  # its blocks' trees
+                shutil.rmtree(links, ignore_errors=True)
             seconds = time.perf_counter() - start
             log.info("DLD over %d column(s): %.4f %% (%d of %d records searched; %d blocks, %d distinct queries, "
                      "%d second-round) in %.2f s", len(cols), linked.dld, linked.records, n, partition.n_blocks,
@@ -919,6 +1113,7 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
             "passed": (small is None or small["passed"]) and not any(unchanged.values()),
         },
         "pieces": len(pairs),
+        "aligned_pieces": "memory" if directory is None else "files",
         "timings": timings.seconds,
         "version": __version__,
         # the page's plots (pipeline/report.py): the same dict as report.summary_data of both files
@@ -947,9 +1142,11 @@ def _json_safe(value):
 
 def row_counts_from_metadata(original_path, masked_path, original, masked):
     """Refuse files of different lengths before any data is read, when both are Parquet (their footers
-    hold the row counts); CSV lengths are counted by the statistics pass."""
+    hold the row counts): returns the row count, or None (CSV lengths are counted by the statistics pass)."""
     if io.resolve_input(original_path)[0] == "parquet" and io.resolve_input(masked_path)[0] == "parquet":
         check_rows(len(original), len(masked))
+        return len(original)
+    return None
 
 
 def check_report_path(path, html=False):
@@ -993,7 +1190,7 @@ def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percen
         spaced = {n: c for n, c in spaced_names(original.columns).items() if c in masked.columns}
         qi, known = as_written(qi, spaced), [as_written(s, spaced) for s in known or ()]
         plan(original, masked, qi, k, known, id_percent)
-        row_counts_from_metadata(original_path, masked_path, original, masked)
+        rows = row_counts_from_metadata(original_path, masked_path, original, masked)
         names = set(_names(qi, "--qi"))
         shared = [c for c in original.columns if c in masked.columns and c not in names]
         integer, string = pd.api.types.is_integer_dtype, pd.api.types.is_string_dtype
@@ -1005,12 +1202,12 @@ def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percen
             original = io.read_input(original_path, csv=csv, text=text, floats=floats)
             masked = io.read_input(masked_path, csv=csv, text=text, floats=floats)
     try:
-        report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, **options)
+        report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, rows=rows, **options)
     except CSVTypeChange:  # in the statistics pass, the first over every row
         numbers = dict.fromkeys(_names(qi, "--qi"), "quasi-identifier")
         original, widened = io.read_retyped(original_path, numbers, csv=csv, text=text)
         masked, masked_widened = io.read_retyped(masked_path, numbers, csv=csv, text=text)
-        report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, **options)
+        report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, rows=rows, **options)
         report["input_types_widened"] = {"original": widened, "masked": masked_widened}
     except CSVParseError as exc:  # a malformed row: name its file and line
         for path in (original_path, masked_path):

@@ -779,18 +779,20 @@ def _process_memory():
 
 
 @contextmanager
-def transit_directory(n_rows, cells, wanted=True):
+def transit_directory(n_rows, cells, wanted=True, what="rows in transit", room=None):
     """A scratch directory for ``n_rows`` rows of ``cells`` 8-byte cells in transit (:func:`solve_blocks`), removed
     on exit; None (the rows travel in memory) up to :data:`TRANSIT_MEMORY_SHARE` of the memory, or when the tasks do
-    not all run in this process (a worker elsewhere could not read the files), or without the disk room for them."""
+    not all run in this process (a worker elsewhere could not read the files), or without the disk room for them.
+    ``what``: their name in the log; ``room``: the free disk space needed, in times their size
+    (default :data:`pipeline.transit.ROOM`)."""
     transit.clean()  # a killed job's files
     n_bytes = 8 * n_rows * cells
     if not wanted or not _in_this_process() or n_bytes <= TRANSIT_MEMORY_SHARE * _process_memory():
         yield None
         return
-    with transit.scratch(n_bytes) as path:
+    with transit.scratch(n_bytes, room) as path:
         if path:
-            log.info("rows in transit through files under %s (%.2f GB)", path, n_bytes / 1e9)
+            log.info("%s through files under %s (%.2f GB)", what, path, n_bytes / 1e9)
         yield path
 
 
@@ -1907,7 +1909,8 @@ def not_evaluable(options):
     return None
 
 
-EVALUATION_KEYS = ("information_loss", "disclosure_risk", "score", "anonymity", "checks", "known", "timings")
+EVALUATION_KEYS = ("information_loss", "disclosure_risk", "score", "anonymity", "checks", "known", "timings",
+                   "aligned_pieces")
 """What a release report keeps, under ``evaluation``, of :func:`pipeline.evaluate.evaluate`'s report."""
 
 
@@ -2121,7 +2124,8 @@ def _evaluate_written(input_path, written, report, evaluation, seed, timings, dt
                                                  warn=False),
                                    io.read_input(written, floats=floats),
                                    list(report["quasi_identifiers"]),
-                                   k, seed=seed, changed=report.get("identifiers_hashed") or (), **options)
+                                   k, seed=seed, changed=report.get("identifiers_hashed") or (), rows=report["rows"],
+                                   **options)
     return {key: result[key] for key in EVALUATION_KEYS if key in result}
 
 

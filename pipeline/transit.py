@@ -105,6 +105,57 @@ def read_keys(pairs):
     return out
 
 
+class Stored(NamedTuple):
+    """Arrays of any shapes in one file (:func:`store`): array ``j`` (``dtypes[j]``, ``shapes[j]``) at byte ``offsets[j]``."""
+
+    path: str
+    offsets: tuple
+    dtypes: tuple
+    shapes: tuple
+
+
+def store(path, arrays):
+    """Write ``arrays`` to ``path``, one after the other; :func:`load` reads them back."""
+    offsets, position = [], 0
+    arrays = [np.ascontiguousarray(a) for a in arrays]
+    with open(path, "wb") as f:
+        for a in arrays:
+            offsets.append(position)
+            f.write(_bytes(a))
+            position += a.nbytes
+    return Stored(path, tuple(offsets), tuple(a.dtype.str for a in arrays), tuple(a.shape for a in arrays))
+
+
+def load(stored, which=None):
+    """The arrays of a :class:`Stored` file (``which``: the indices of those wanted, default all), each read
+    straight into its place."""
+    which = range(len(stored.offsets)) if which is None else which
+    out = [np.empty(stored.shapes[j], dtype=np.dtype(stored.dtypes[j])) for j in which]
+    with open(stored.path, "rb", buffering=0) as f:
+        for j, array in zip(which, out):
+            _read_into(f, stored.offsets[j], array)
+    return out
+
+
+def store_columns(path, matrices):
+    """Write the columns of the ``(n, d_i)`` ``matrices`` (one ``n``) to ``path``, column by column, each
+    contiguous, so that :func:`read_columns` reads a few columns without the others."""
+    with open(path, "wb") as f:
+        for matrix in matrices:
+            for j in range(matrix.shape[1]):
+                f.write(_bytes(np.ascontiguousarray(matrix[:, j], dtype=np.float64)))
+
+
+def read_columns(path, n_rows, columns):
+    """Columns ``columns`` (indices over all the matrices' columns, in :func:`store_columns`' order) of a
+    file of ``n_rows`` rows: a ``(len(columns), n_rows)`` float64 array."""
+    out = np.empty((len(columns), n_rows))
+    with open(path, "rb", buffering=0) as f:
+        for i, j in enumerate(columns):
+            _read_into(f, int(j) * n_rows * 8, out[i])
+    return out
+
+
 def remove_files(directory, keep):
     """Remove the files of ``directory`` whose name does not contain ``keep``."""
     for name in os.listdir(directory):
@@ -149,17 +200,18 @@ def clean():
 
 
 @contextmanager
-def scratch(n_bytes):
+def scratch(n_bytes, room=None):
     """A scratch directory for ``n_bytes`` of rows in transit, removed on exit; None (the rows stay in memory)
-    if its filesystem has less than :data:`ROOM` times that free."""
+    if its filesystem has less than ``room`` (default :data:`ROOM`) times that free."""
+    room = ROOM if room is None else room
     root = scratch_root()
     try:
         free = shutil.disk_usage(root).free
     except OSError:
         free = 0
-    if free < ROOM * n_bytes:
+    if free < room * n_bytes:
         log.info("rows in transit kept in memory: %s has %.1f GB free, less than %.1f GB", root, free / 1e9,
-                 ROOM * n_bytes / 1e9)
+                 room * n_bytes / 1e9)
         yield None
         return
     path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root)

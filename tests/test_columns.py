@@ -101,7 +101,7 @@ def test_quantile_ranks_and_lerp_are_numpys():
 def test_quantiles_are_selected_from_their_bins_exactly(bins):
     X, Xm = _zero_inflated(7, n=2500)
     pairs = _pairs(X, Xm, piece_rows=300)
-    marks = dask.compute(*[dask.delayed(columns._marks)(p) for p in pairs])
+    marks = dask.compute(*[dask.delayed(columns.piece_marks)(p) for p in pairs])
     q_original, q_masked = columns.quantiles_of(pairs, len(X), metrics.QUANTILES, marks, bins=bins, fan_in=3)
     np.testing.assert_array_equal(q_original, np.quantile(X, metrics.QUANTILES, axis=0))
     np.testing.assert_array_equal(q_masked, np.quantile(Xm, metrics.QUANTILES, axis=0))

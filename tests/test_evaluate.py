@@ -1,7 +1,9 @@
 """`microagg evaluate` (pipeline/evaluate.py): the distributed measures against the in-memory ones of
 pipeline/metrics.py, on the census file and its MDAV release, and the command as a user runs it."""
 
+import contextlib
 import json
+import os
 import re
 
 import dask
@@ -280,6 +282,101 @@ def _comparable(report):
     for scenario in report["disclosure_risk"]["scenarios"]:
         scenario["linkage"].pop("seconds")
     return report
+
+
+def _files_spied(monkeypatch):
+    """The paths of the files the evaluation writes through pipeline.transit, by kind."""
+    from microagg.pipeline import transit
+
+    written = []
+    for name in ("store_columns", "store", "write_rows"):
+        monkeypatch.setattr(transit, name, lambda path, *a, _f=getattr(transit, name): written.append(path) or _f(path, *a))
+    return written
+
+
+@pytest.mark.parametrize("cluster, dld_records", [(None, None), (None, 400), ((2, 1, False), None),
+                                                  ((2, 1, True), None)],
+                         ids=["synchronous", "synchronous-sampled", "two-workers", "worker-processes"])
+def test_a_large_evaluation_keeps_both_files_qis_in_files_with_the_same_report(tmp_path, monkeypatch, dld_records,
+                                                                                cluster):
+    """With the row count known up front and both files' QIs beyond TRANSIT_MEMORY_SHARE of the memory (forced
+    here), the aligned pieces' QIs go to files in a scratch directory, column by column, which every pass reads
+    back; the pieces' distinct released tuples reach their class buckets through files, and each known set's
+    linkage writes its routed rows and block trees there. The report is the one through
+    memory, measure for measure, and no scratch file is left. Workers in other processes, which might not see the
+    files, keep the pieces in memory, as does a caller that does not know the row count."""
+    from distributed import Client, LocalCluster
+
+    from microagg.pipeline import release, transit
+
+    X, Xm = _continuous_data(7, n=1500, d=5)
+    names = [f"c{j}" for j in range(X.shape[1])]
+    original, masked = _frames(pd.DataFrame(X, columns=names), pd.DataFrame(Xm, columns=names), 3, 4)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    options = dict(k=4, known=[names[:2], [names[-1]]], block_rows=150, piece_rows=200, dld_records=dld_records)
+    written = _files_spied(monkeypatch)
+    reports = {}
+    with dask.config.set({"temporary-directory": str(scratch)}), contextlib.ExitStack() as stack:
+        if cluster:
+            workers, threads, processes = cluster
+            stack.enter_context(Client(stack.enter_context(LocalCluster(
+                n_workers=workers, threads_per_worker=threads, processes=processes, dashboard_address=":0"))))
+        reports["memory"] = ev.evaluate(original, masked, names, **options)
+        monkeypatch.setattr(release, "TRANSIT_MEMORY_SHARE", 0)
+        reports["unknown rows"] = ev.evaluate(original, masked, names, **options)
+        reports["files"] = ev.evaluate(original, masked, names, rows=len(X), **options)
+        assert [p for p in os.listdir(scratch) if p.startswith(transit.PREFIX)] == []  # beside Dask's own
+    through_files = cluster is None or not cluster[2]
+    assert [reports[key]["aligned_pieces"] for key in reports] == [
+        "memory", "memory", "files" if through_files else "memory"]
+    comparable = [_comparable(dict(r, report=None, html=None)) for r in reports.values()]
+    for report in comparable:
+        report.pop("aligned_pieces")
+    assert comparable[0] == comparable[1] == comparable[2]
+    scenarios = reports["files"]["disclosure_risk"]["scenarios"]
+    for scenario, cols in zip(scenarios, [None, [0, 1], [X.shape[1] - 1]]):
+        if dld_records is None:
+            assert scenario["dld"] == metrics.dld(X, Xm, cols)  # bit for bit
+        assert scenario["linkage"]["blocks"] > 4
+    kinds = [os.path.basename(path).split("-")[0] for path in written]
+    if through_files:  # every piece in a file, and each known set's routed rows and blocks
+        assert kinds.count("pair") == kinds.count("classes") == reports["files"]["pieces"]
+        assert kinds.count("routed") == 2 * 3 * reports["files"]["pieces"]  # originals and masked, three known sets
+        assert kinds.count("block") == sum(s["linkage"]["blocks"] for s in scenarios)
+    else:
+        assert kinds == []
+
+
+def test_the_evaluate_command_and_a_release_s_evaluation_know_the_rows_up_front(tmp_path, monkeypatch, census_release):
+    """``microagg evaluate`` of two Parquet inputs (their footers hold the row count) and a release's evaluation
+    (it knows the rows it released) may keep the QIs in files; a CSV input's rows are only counted in the
+    statistics pass, so its evaluation keeps them in memory. Same measures either way."""
+    from microagg.pipeline import release
+
+    original_csv, masked, df, _ = census_release
+    original = tmp_path / "original.parquet"
+    df.to_parquet(original, index=False)
+    monkeypatch.setattr(release, "TRANSIT_MEMORY_SHARE", 0)
+    reports = [ev.run(path, masked, QI, tmp_path / f"{i}.json", k=3, known=[["AGI", "FICA"]], html=False)
+               for i, path in enumerate((original, original_csv))]
+    assert [r["aligned_pieces"] for r in reports] == ["files", "memory"]
+    comparable = [_comparable(r) for r in reports]
+    for r in comparable:
+        r.pop("aligned_pieces"), r.pop("original")
+    assert comparable[0] == comparable[1]
+    options = release.ReleaseOptions(k=3, quasi_identifiers=tuple(QI), identifiers=("person_id",))
+    evaluated = release.run(str(original_csv), str(tmp_path / "release"), options, html=False,
+                            evaluation={"known": [["AGI", "FICA"]]})["evaluation"]
+    monkeypatch.setattr(release, "TRANSIT_MEMORY_SHARE", 10**18)
+    again = ev.run(original, tmp_path / "release", QI, tmp_path / "again.json", k=3, known=[["AGI", "FICA"]],
+                   html=False)
+    assert evaluated["aligned_pieces"] == "files" and again["aligned_pieces"] == "memory"
+    for key in ("information_loss", "anonymity"):
+        assert evaluated[key] == again[key]
+    timeless = [[{**s, "linkage": {**s["linkage"], "seconds": 0}} for s in r["disclosure_risk"]["scenarios"]]
+                for r in (evaluated, again)]
+    assert timeless[0] == timeless[1]
 
 
 def test_cli_local_cluster_and_synchronous_agree(tmp_path, census_release):

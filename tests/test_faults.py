@@ -785,3 +785,44 @@ def test_a_job_s_rows_in_transit_go_with_its_unwinding_or_after_a_kill_with_the_
     assert done.returncode == 0, done.stderr
     assert transit_dirs() == []
     assert json.loads((out / "_report.json").read_text())["rows_in_transit"] == "memory"
+
+
+def test_an_evaluation_s_scratch_files_go_with_its_unwinding_or_after_a_kill_with_the_next_job(tmp_path, data):
+    """``microagg evaluate`` with both files' QIs through files (forced, as above): stopped by SIGTERM it removes
+    its scratch directory as it unwinds; killed, it leaves it, and the next job on the host removes it."""
+    _, source = data
+    release = tmp_path / "release"
+    microagg_cli("anonymize", source, release, "--k", 5, *OPTIONS, "--no-evaluate", "--no-html", check=True,
+                 timeout=120)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "DASK_TEMPORARY_DIRECTORY": str(scratch)}
+    program = [sys.executable, "-c", "import sys; from microagg.pipeline import release; "
+                                     "release.TRANSIT_MEMORY_SHARE = 0; sys.argv[0] = 'microagg'; "
+                                     "from microagg.jobs.cli import console; console()"]
+    qi = ["--qi", ",".join(QUASI_IDENTIFIERS), "--changed", ",".join(IDENTIFIERS), "--no-html"]
+
+    def transit_dirs():
+        return sorted(p.name for p in scratch.iterdir() if p.name.startswith("microagg-transit-"))
+
+    for sig, code in ((signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)):
+        report = tmp_path / f"report-{sig}.json"
+        job = Job("evaluate", source, release, *qi, "--report", report, program=program, env=env)
+        try:
+            job.wait_for(stage("columns", "started"), "the columns stage", timeout=120)
+            assert [e for e in transit_dirs() if e.startswith(f"microagg-transit-{job.proc.pid}-")] == transit_dirs()
+            assert len(transit_dirs()) == 1
+            job.signal(sig)
+            assert job.finish(timeout=60) == code
+        finally:
+            job.stop()
+        assert any("both files' QIs through files" in e.get("message", "") for e in job.events)
+        assert not report.exists()
+        assert len(transit_dirs()) == (1 if sig == signal.SIGKILL else 0)
+
+    report = tmp_path / "report-next.json"
+    done = subprocess.run([str(BIN / "microagg"), "evaluate", *map(str, (source, release, *qi, "--report", report))],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert transit_dirs() == []
+    assert json.loads(report.read_text())["aligned_pieces"] == "memory"
