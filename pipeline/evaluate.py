@@ -20,7 +20,7 @@ Stages (each timed under ``timings``):
 3. align: both files cut at the union of their partition boundaries and of a fixed row-id grid
    (``piece_rows``) into aligned pieces (:class:`Pair`: the QIs of both files as float64 arrays), kept
    in memory, or in a large evaluation in files that every later pass reads (the worker's memory then
-   holds neither file: 2.8 GiB at 30M rows x 13 QIs instead of 12.8); the non-QI columns present in
+   holds neither file: 1.7 GiB at 30M rows x 13 QIs instead of 12.8); the non-QI columns present in
    both files are compared here (differing rows per column);
 4. columns: interval disclosure and quantiles, exact, from every column of both files cut into
    buckets of consecutive ranks (:mod:`pipeline.columns`: no task holds a whole column);
@@ -112,6 +112,11 @@ MIN_BLOCK_SAMPLE = 8
 QUERY_SALT = 0x1E3779B97F4A7C15
 """Mixed into the seed of the sample of masked records searched (:func:`query_sample`), so that it is
 not the sample that shapes the linkage blocks."""
+HELD = 2.5
+"""The memory an evaluation holds, in times both files' QIs, when they are not in files: both files read and
+kept until aligned, the aligned pieces, the linkage's trees (4.6-4.7 GiB at 10M rows x 13 QIs, whose QIs are
+2.1 GB). Through files the same evaluation took 1.7-1.8 GiB and no longer (89-97 s against 93-102 s;
+BENCHMARKS.md, fifty-fifth session)."""
 SCRATCH_ROOM = 2.5
 """The scratch files' largest size, in times both files' QIs (16 bytes a cell): the pieces' (1), and one known
 set's routed rows (the originals', 8 bytes a cell and 16 a row, besides a sample of the masked records) and block
@@ -451,20 +456,24 @@ def _class_sizes_read(width, b, *bundles):
 
 
 def class_sizes(pairs, width, directory=None):
-    """Sizes of all equivalence classes of the released QI tuples (a distributed exact group count); with
-    ``directory``, the pieces' distinct tuples reach their buckets through files there, removed after."""
+    """Sizes of all equivalence classes of the released QI tuples (a distributed exact group count): the
+    pieces' distinct tuples reach their buckets through :meth:`pipeline.graph.Layer.exchange` (two levels
+    past 4,096 pieces: at 30M rows the direct graph's 14,400 pieces took most of the stage's 52 s), or with
+    ``directory`` through files there (one per piece, cut by bucket), removed after."""
     n_buckets = max(1, len(pairs))
+    layer = graph.Layer("microagg-classes")
     if directory:
-        layer = graph.Layer("microagg-classes")
         cut = [layer.task(("cut", i), _tuple_buckets_to_file, p, n_buckets, os.path.join(directory, f"classes-{i}"))
                for i, p in enumerate(pairs)]
         bundles = layer.bundles("cuts", cut, kept=False)
-        sizes = dask.compute(*layer.delayed([layer.task(("sizes", b), _class_sizes_read, width, b, *bundles)
-                                             for b in range(n_buckets)]))
+        sizes = [layer.task(("sizes", b), _class_sizes_read, width, b, *bundles) for b in range(n_buckets)]
+    else:
+        cut = [layer.task(("cut", i), _tuple_buckets, p, n_buckets) for i, p in enumerate(pairs)]
+        pieces = layer.exchange("buckets", cut, n_buckets, graph.concatenate_fields)
+        sizes = [layer.task(("sizes", b), _class_sizes, width, *pieces[b]) for b in range(n_buckets)]
+    sizes = dask.compute(*layer.delayed(sizes))
+    if directory:
         transit.remove_files(directory, keep=PAIR_FILE)
-        return np.concatenate(sizes)
-    cut = [delayed(_tuple_buckets, pure=True, nout=n_buckets)(p, n_buckets) for p in pairs]
-    sizes = dask.compute(*[delayed(_class_sizes, pure=True)(width, *[c[b] for c in cut]) for b in range(n_buckets)])
     return np.concatenate(sizes)
 
 
@@ -975,13 +984,13 @@ def prepare(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCEN
 @contextmanager
 def scratch_directory(rows, width):
     """A scratch directory for an evaluation of ``rows`` rows of ``width`` QIs, removed on exit, or None: the
-    rule of the release's rows in transit (:func:`pipeline.release.transit_directory`), for both files' QIs
-    (16 bytes a row and QI: 2.1 GB at 10M rows x 13 QIs). Through it go the aligned pieces' QIs
-    (:class:`Pair`), read by every pass, and each linkage's routed rows and block trees
-    (:func:`record_linkage`): the worker's memory no longer holds the files. None without ``rows`` (a
-    library caller's DataFrames of unknown length). Its disk must have :data:`SCRATCH_ROOM` times the QIs' size
-    free."""
-    with transit_directory(rows or 0, 2 * width, rows is not None, "both files' QIs", SCRATCH_ROOM) as path:
+    rule of the release's rows in transit (:func:`pipeline.release.transit_directory`), for what an evaluation
+    in memory holds (:data:`HELD` times both files' QIs, 16 bytes a row and QI: 5.2 GB at 10M rows x 13 QIs).
+    Through it go the aligned pieces' QIs (:class:`Pair`), read by every pass, the class count's distinct
+    tuples (:func:`class_sizes`) and each linkage's routed rows and block trees (:func:`record_linkage`): the
+    worker's memory no longer holds the files. None without ``rows`` (a library caller's DataFrames of unknown
+    length). Its disk must have :data:`SCRATCH_ROOM` times the QIs' size free."""
+    with transit_directory(rows or 0, 2 * width, rows is not None, "both files' QIs", SCRATCH_ROOM, HELD) as path:
         yield path
 
 

@@ -779,15 +779,15 @@ def _process_memory():
 
 
 @contextmanager
-def transit_directory(n_rows, cells, wanted=True, what="rows in transit", room=None):
+def transit_directory(n_rows, cells, wanted=True, what="rows in transit", room=None, held=1.0):
     """A scratch directory for ``n_rows`` rows of ``cells`` 8-byte cells in transit (:func:`solve_blocks`), removed
     on exit; None (the rows travel in memory) up to :data:`TRANSIT_MEMORY_SHARE` of the memory, or when the tasks do
     not all run in this process (a worker elsewhere could not read the files), or without the disk room for them.
     ``what``: their name in the log; ``room``: the free disk space needed, in times their size
-    (default :data:`pipeline.transit.ROOM`)."""
+    (default :data:`pipeline.transit.ROOM`); ``held``: the memory they would take, in times their size."""
     transit.clean()  # a killed job's files
     n_bytes = 8 * n_rows * cells
-    if not wanted or not _in_this_process() or n_bytes <= TRANSIT_MEMORY_SHARE * _process_memory():
+    if not wanted or not _in_this_process() or held * n_bytes <= TRANSIT_MEMORY_SHARE * _process_memory():
         yield None
         return
     with transit.scratch(n_bytes, room) as path:
