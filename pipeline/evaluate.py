@@ -1149,12 +1149,13 @@ def _json_safe(value):
     return value
 
 
-def row_counts_from_metadata(original_path, masked_path, original, masked):
+def row_counts_from_metadata(original_path, masked_path):
     """Refuse files of different lengths before any data is read, when both are Parquet (their footers
     hold the row counts): returns the row count, or None (CSV lengths are counted by the statistics pass)."""
     if io.resolve_input(original_path)[0] == "parquet" and io.resolve_input(masked_path)[0] == "parquet":
-        check_rows(len(original), len(masked))
-        return len(original)
+        rows = io.parquet_rows(original_path)
+        check_rows(rows, io.parquet_rows(masked_path))
+        return rows
     return None
 
 
@@ -1199,7 +1200,7 @@ def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percen
         spaced = {n: c for n, c in spaced_names(original.columns).items() if c in masked.columns}
         qi, known = as_written(qi, spaced), [as_written(s, spaced) for s in known or ()]
         plan(original, masked, qi, k, known, id_percent)
-        rows = row_counts_from_metadata(original_path, masked_path, original, masked)
+        rows = row_counts_from_metadata(original_path, masked_path)
         names = set(_names(qi, "--qi"))
         shared = [c for c in original.columns if c in masked.columns and c not in names]
         integer, string = pd.api.types.is_integer_dtype, pd.api.types.is_string_dtype

@@ -247,6 +247,13 @@ def input_bytes(path):
     return sum(fs.size(f) or 0 for f in names)
 
 
+def parquet_rows(path):
+    """A Parquet input's row count, from its files' footers (``len`` of a frame read from many small files
+    reads their data: 4.3 s for a 10M-row release of 40 files)."""
+    fs, names = _data_files(resolve_input(path)[1])
+    return sum(footer.num_rows for footer in _footers(fs, names)[1])
+
+
 def _footers(fs, names):
     """``(names, Parquet metadata: schema, row groups)`` of the data files ``names`` (of
     :func:`_data_files`), the footers read in parallel (a remote store answers each in tens of

@@ -423,6 +423,13 @@ def test_cli_refuses_different_row_counts(tmp_path, census_release):
     parquet = tmp_path / "original.parquet"
     df.to_parquet(parquet, index=False)  # Parquet pair: refused from the footers
     assert "1080 rows and the masked file 500" in _bad(tmp_path, parquet, masked / "part-0.parquet")
+    # a release's directory: its data files' footers only (not its report, not its marker)
+    assert io.parquet_rows(masked) == 1080 and io.parquet_rows(masked / "part-0.parquet") == 500
+    (masked / "_SUCCESS").write_text("")
+    try:
+        assert io.parquet_rows(masked) == 1080
+    finally:
+        (masked / "_SUCCESS").unlink()
 
 
 def test_cli_refuses_a_missing_column(tmp_path, census_release):
