@@ -746,11 +746,10 @@ def test_a_job_whose_directory_was_taken_commits_nothing(tmp_path):
     assert all_files(out) == previous and not temporaries(out)
 
 
-def test_a_job_s_rows_in_transit_go_with_its_unwinding_or_after_a_kill_with_the_next_job(tmp_path, data):
-    """Rows in transit through files (pipeline.transit; forced by a driver that sets the memory share to 0):
-    a job stopped by SIGTERM in its blocks stage removes its scratch directory as it unwinds; one killed
-    there leaves it, and the next job on the host (whose rows stay in memory) removes it."""
-    _, source = data
+def _through_files(tmp_path):
+    """``(environment, program, scratch directories)`` of jobs whose scratch directory is under ``tmp_path`` and
+    that go through files whatever their size (a driver that sets the memory share to 0); the last lists the
+    scratch directories there."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     env = {**os.environ, "DASK_TEMPORARY_DIRECTORY": str(scratch)}
@@ -760,6 +759,16 @@ def test_a_job_s_rows_in_transit_go_with_its_unwinding_or_after_a_kill_with_the_
 
     def transit_dirs():
         return sorted(p.name for p in scratch.iterdir() if p.name.startswith("microagg-transit-"))
+
+    return env, program, transit_dirs
+
+
+def test_a_job_s_rows_in_transit_go_with_its_unwinding_or_after_a_kill_with_the_next_job(tmp_path, data):
+    """Rows in transit through files (pipeline.transit; forced by a driver that sets the memory share to 0):
+    a job stopped by SIGTERM in its blocks stage removes its scratch directory as it unwinds; one killed
+    there leaves it, and the next job on the host (whose rows stay in memory) removes it."""
+    _, source = data
+    env, program, transit_dirs = _through_files(tmp_path)
 
     def through_files(e):
         return "rows in transit through files" in e.get("message", "")
@@ -794,16 +803,8 @@ def test_an_evaluation_s_scratch_files_go_with_its_unwinding_or_after_a_kill_wit
     release = tmp_path / "release"
     microagg_cli("anonymize", source, release, "--k", 5, *OPTIONS, "--no-evaluate", "--no-html", check=True,
                  timeout=120)
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    env = {**os.environ, "DASK_TEMPORARY_DIRECTORY": str(scratch)}
-    program = [sys.executable, "-c", "import sys; from microagg.pipeline import release; "
-                                     "release.TRANSIT_MEMORY_SHARE = 0; sys.argv[0] = 'microagg'; "
-                                     "from microagg.jobs.cli import console; console()"]
+    env, program, transit_dirs = _through_files(tmp_path)
     qi = ["--qi", ",".join(QUASI_IDENTIFIERS), "--changed", ",".join(IDENTIFIERS), "--no-html"]
-
-    def transit_dirs():
-        return sorted(p.name for p in scratch.iterdir() if p.name.startswith("microagg-transit-"))
 
     for sig, code in ((signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)):
         report = tmp_path / f"report-{sig}.json"
