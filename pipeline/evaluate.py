@@ -287,15 +287,19 @@ class Pair(NamedTuple):
         """The masked (``side`` 0) or original (1) QIs, C-contiguous (only those read from a file)."""
         if self.path is None:
             return self.Xm if side == 0 else self.X
-        return np.ascontiguousarray(np.array(self.columns(side, range(self.shape[1]))).T)
+        return np.ascontiguousarray(self._read(side, range(self.shape[1])).T)
 
     def columns(self, side, columns):
         """Columns ``columns`` of the masked (``side`` 0) or original (1) QIs: a list of 1-D arrays."""
         if self.path is None:
             matrix = self.Xm if side == 0 else self.X
             return [matrix[:, j] for j in columns]
+        return list(self._read(side, columns))
+
+    def _read(self, side, columns):
+        """Columns of one file's QIs read from the piece's file: ``(len(columns), rows)``."""
         n, d = self.shape
-        return list(transit.read_columns(self.path, n, [j + (d if side == 0 else 0) for j in columns]))
+        return transit.read_columns(self.path, n, [j + (d if side == 0 else 0) for j in columns])
 
 
 def _plain(series):

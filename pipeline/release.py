@@ -790,7 +790,7 @@ def transit_directory(n_rows, cells, wanted=True, what="rows in transit", room=N
     if not wanted or not _in_this_process() or held * n_bytes <= TRANSIT_MEMORY_SHARE * _process_memory():
         yield None
         return
-    with transit.scratch(n_bytes, room) as path:
+    with transit.scratch(n_bytes, room, what) as path:
         if path:
             log.info("%s through files under %s (%.2f GB)", what, path, n_bytes / 1e9)
         yield path

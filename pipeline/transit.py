@@ -126,24 +126,19 @@ def store(path, arrays):
     return Stored(path, tuple(offsets), tuple(a.dtype.str for a in arrays), tuple(a.shape for a in arrays))
 
 
-def load(stored, which=None):
-    """The arrays of a :class:`Stored` file (``which``: the indices of those wanted, default all), each read
-    straight into its place."""
-    which = range(len(stored.offsets)) if which is None else which
-    out = [np.empty(stored.shapes[j], dtype=np.dtype(stored.dtypes[j])) for j in which]
+def load(stored):
+    """The arrays of a :class:`Stored` file, each read straight into its place."""
+    out = [np.empty(shape, dtype=np.dtype(dtype)) for shape, dtype in zip(stored.shapes, stored.dtypes)]
     with open(stored.path, "rb", buffering=0) as f:
-        for j, array in zip(which, out):
-            _read_into(f, stored.offsets[j], array)
+        for offset, array in zip(stored.offsets, out):
+            _read_into(f, offset, array)
     return out
 
 
 def store_columns(path, matrices):
-    """Write the columns of the ``(n, d_i)`` ``matrices`` (one ``n``) to ``path``, column by column, each
-    contiguous, so that :func:`read_columns` reads a few columns without the others."""
-    with open(path, "wb") as f:
-        for matrix in matrices:
-            for j in range(matrix.shape[1]):
-                f.write(_bytes(np.ascontiguousarray(matrix[:, j], dtype=np.float64)))
+    """Write the columns of the ``(n, d_i)`` float64 ``matrices`` (one ``n``) to ``path``, column by column, each
+    contiguous (:func:`store`), so that :func:`read_columns` reads a few columns without the others."""
+    store(path, [matrix[:, j] for matrix in matrices for j in range(matrix.shape[1])])
 
 
 def read_columns(path, n_rows, columns):
@@ -200,9 +195,10 @@ def clean():
 
 
 @contextmanager
-def scratch(n_bytes, room=None):
+def scratch(n_bytes, room=None, what="rows in transit"):
     """A scratch directory for ``n_bytes`` of rows in transit, removed on exit; None (the rows stay in memory)
-    if its filesystem has less than ``room`` (default :data:`ROOM`) times that free."""
+    if its filesystem has less than ``room`` (default :data:`ROOM`) times that free. ``what``: their name in the
+    log."""
     room = ROOM if room is None else room
     root = scratch_root()
     try:
@@ -210,7 +206,7 @@ def scratch(n_bytes, room=None):
     except OSError:
         free = 0
     if free < room * n_bytes:
-        log.info("rows in transit kept in memory: %s has %.1f GB free, less than %.1f GB", root, free / 1e9,
+        log.info("%s kept in memory: %s has %.1f GB free, less than %.1f GB", what, root, free / 1e9,
                  room * n_bytes / 1e9)
         yield None
         return

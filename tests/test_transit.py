@@ -91,3 +91,23 @@ def test_only_the_files_whose_name_holds_the_mark_are_kept(tmp_path):
         (tmp_path / name).write_bytes(b"rows")
     transit.remove_files(str(tmp_path), keep="-released-")
     assert sorted(os.listdir(tmp_path)) == ["blocks-1-released-ab", "blocks-2-released-cd"]
+
+
+def test_stored_arrays_and_columns_read_back_as_written(tmp_path):
+    """store / load: arrays of any shapes and dtypes (an empty one among them) in one file; store_columns /
+    read_columns: the columns of several matrices, any of them read alone."""
+    import numpy as np
+
+    from microagg.pipeline import transit
+
+    rng = np.random.default_rng(3)
+    arrays = [rng.normal(size=(7, 3)), np.arange(5, dtype=np.int64), np.zeros((0, 4)), rng.random(9) < 0.5,
+              rng.integers(0, 2**63, size=4, dtype=np.uint64)]
+    for got, want in zip(transit.load(transit.store(tmp_path / "arrays", arrays)), arrays):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    X, Xm = rng.normal(size=(6, 3)), rng.normal(size=(6, 3))
+    transit.store_columns(tmp_path / "columns", [X, Xm])
+    np.testing.assert_array_equal(transit.read_columns(tmp_path / "columns", 6, [4, 0]), np.stack([Xm[:, 1], X[:, 0]]))
+    np.testing.assert_array_equal(transit.read_columns(tmp_path / "columns", 6, range(6)), np.hstack([X, Xm]).T)
+
