@@ -25,6 +25,13 @@ that a batch's records in transit stay a bounded, spillable amount):
    those ranks (the ranks ``L - h`` of its values form a range as long as the bucket, shifted by
    ``h``: a few buckets) and counts its records' hits.
 
+In a large evaluation (:func:`pipeline.evaluate.scratch_directory`) steps 2-4 go through files instead of
+memory: each piece writes a batch's records to one file cut by column and bucket
+(:func:`pipeline.transit.write_rows`), each bucket task reads its records from every piece's file and
+writes its summaries to a file, and each hits task reads its records again and the summaries it needs.
+Nothing of the column is then held: before, a batch's routed records and buckets were (16 bytes per
+record and column: 1.6 GB for one column of 100M rows).
+
 Quantiles of the masked file: the order statistics at the wanted ranks are read from the same
 buckets' summaries (each bucket holds a known range of ranks). Quantiles of the original, by
 selection: per column, value bins cut at :data:`SELECTION_BINS` marks; one pass counts each piece's
@@ -44,6 +51,8 @@ microdata. In Confidentiality, Disclosure and Data Access, Elsevier, 111-133.
 ``shared/papers/mic1d-one-dimension-microaggregation.txt`` section 2.3.
 """
 
+import os
+import shutil
 from typing import NamedTuple
 
 import dask
@@ -52,7 +61,7 @@ import pandas as pd
 from dask import delayed
 
 from ..kernels import groups
-from . import graph, metrics
+from . import graph, metrics, transit
 from .release import persisted
 
 BUCKET_ROWS = 250_000
@@ -63,6 +72,10 @@ BATCH_VALUES = 40_000_000
 are in memory or spilled at once (13 QIs: 10M rows in four batches, 30M one column at a time)."""
 MARKS = 256
 """Marks per piece and column for the splitters (at 10M rows: 10,240 marks for 40 buckets)."""
+BATCH_DIRECTORY = "columns"
+"""The subdirectory of a scratch directory that holds a batch's files (:func:`_buckets_in_files`), removed after it."""
+ROUTED_FILE = "records-"
+SUMMARY_FILE = "summary-"
 SELECTION_BINS = 16_384
 """Value bins per column for the quantiles' order statistics (each about ``rows / 16,384`` records,
 at most the marks allow)."""
@@ -155,6 +168,25 @@ def _route(pair, split, batch, n_buckets):
     return [tuple(f[i][b] for f in (masked, beside) for i in range(len(batch))) for b in range(n_buckets)]
 
 
+def _route_to_file(pair, split, batch, n_buckets, path):
+    """:func:`_route` into one file (:func:`pipeline.transit.write_rows`): key ``i * n_buckets + b`` holds the
+    records of bucket ``b`` of column ``batch[i]``, their masked and original values."""
+    rows = np.arange(pair.start, pair.start + pair.rows, dtype=np.int64)
+    keys, masked = [], []
+    for i, (j, xm) in enumerate(zip(batch, pair.columns(0, batch))):
+        xm = xm + 0.0
+        keys.append(bucket_of(xm, rows, split[j]) + i * n_buckets)
+        masked.append(xm)
+    beside = np.concatenate(list(pair.columns(1, batch)))
+    return transit.write_rows(path, np.concatenate(keys), len(batch) * n_buckets, [np.concatenate(masked), beside])
+
+
+def _read_bucket(bundles, i, b, n_buckets):
+    """Column ``i``'s ``(masked values, original values)`` of bucket ``b`` in the routing tasks' files."""
+    arrays = transit.read_key([written for bundle in bundles for written in bundle], i * n_buckets + b)
+    return (np.empty(0), np.empty(0)) if arrays is None else arrays
+
+
 def distinct_sorted(values):
     """``np.unique(values, return_inverse=True, return_counts=True)`` of a float column without ``-0.0``
     or NaN, by hashing first: the distinct values (ascending), each value's index among them, their
@@ -196,6 +228,24 @@ def _summaries(bucket):
     return bucket.masked
 
 
+def _summary_to_file(width, b, n_buckets, path, *bundles):
+    """Bucket ``b``'s summaries of the ``width`` columns of a batch, from the routing tasks' files, written to
+    ``path``: their :class:`pipeline.transit.Stored` and :func:`_edges`."""
+    masked = []
+    for i in range(width):
+        values, _, counts = distinct_sorted(_read_bucket(bundles, i, b, n_buckets)[0])
+        masked.append((values, counts))
+    return transit.store(path, [a for summary in masked for a in summary]), [_ends(s) for s in masked]
+
+
+def _summary_of(summaries):
+    """A bucket's summaries, read back from their file if they are a :class:`pipeline.transit.Stored`."""
+    if not isinstance(summaries, transit.Stored):
+        return summaries
+    arrays = transit.load(summaries)
+    return list(zip(arrays[0::2], arrays[1::2]))
+
+
 def ranks_of(edges):
     """:class:`Ranks` of one masked column from its buckets' :func:`_ends`."""
     size = np.array([e[0] for e in edges], dtype=np.int64)
@@ -234,7 +284,7 @@ def _reads(ranks, b, n, hs):
 def _hits(n, hs, plan, bucket, *read):
     """Bucket ``b``'s interval-disclosure hits per column of its batch and ``h`` (``(width,
     len(hs))`` counts); ``read``: ``(bucket, its summaries)`` pairs."""
-    lookup = dict(read)
+    lookup = {c: _summary_of(summaries) for c, summaries in read}
     hits = np.zeros((len(bucket.masked), len(hs)), dtype=np.int64)
     for j, (values, counts) in enumerate(bucket.masked):
         if not len(values):
@@ -255,9 +305,22 @@ def _hits(n, hs, plan, bucket, *read):
     return hits
 
 
+def _hits_read(n, hs, plan, b, n_buckets, stored, read, *bundles):
+    """:func:`_hits` of bucket ``b``, its records read from the routing tasks' files and its summaries from
+    ``stored`` (each record's position among its bucket's distinct values found by a search)."""
+    masked = _summary_of(stored)
+    position, x = [], []
+    for i, (values, _) in enumerate(masked):
+        xm, xo = _read_bucket(bundles, i, b, n_buckets)
+        position.append(np.searchsorted(values, xm))
+        x.append(xo)
+    return _hits(n, hs, plan, Bucket(masked, position, x), *read)
+
+
 def _order_statistics(summaries, wanted):
     """Values of one bucket's summaries at local ranks: ``wanted`` is ``[(column, local ranks)]``."""
     out = []
+    summaries = _summary_of(summaries)
     for j, local in wanted:
         values, counts = summaries[j]
         out.append(values[np.searchsorted(np.cumsum(counts), local, side="right")])
@@ -286,11 +349,42 @@ def _statistics_tasks(ranks, summaries, wanted_ranks):
     return tasks, [[(slot[b], parts[b][j], at) for b, j, at in column] for column in where]
 
 
-def interval_hits(pairs, n, hs, marks, bucket_rows=BUCKET_ROWS, batch_values=BATCH_VALUES, wanted_ranks=()):
+def _buckets_in_memory(pairs, split, batch, m, n):
+    """A batch's buckets through one all-to-all exchange, persisted: per bucket its :class:`Bucket` (for
+    its hits task), its summaries (delayed) and :func:`_edges`."""
+    layer = graph.Layer("microagg-columns")
+    routed = [layer.task(("route", i), _route, p, split, batch, m) for i, p in enumerate(pairs)]
+    pieces = layer.exchange("buckets", routed, m, graph.concatenate_fields, rows=n * len(batch))
+    buckets = persisted(*layer.delayed([layer.task(("bucket", b), _bucket, len(batch), *pieces[b])
+                                        for b in range(m)]))
+    edges = dask.compute(*[delayed(_edges, pure=True)(b) for b in buckets])
+    return buckets, [delayed(_summaries, pure=True)(b) for b in buckets], edges
+
+
+def _buckets_in_files(pairs, split, batch, m, directory):
+    """A batch's buckets through files in ``directory``: each piece writes its records there cut by column
+    and bucket, each bucket task writes its summaries there. The routing tasks' files (persisted bundles of
+    :class:`pipeline.transit.Written`) and per bucket its summaries' :class:`pipeline.transit.Stored` and
+    :func:`_edges`."""
+    layer = graph.Layer("microagg-columns")
+    routed = [layer.task(("route", i), _route_to_file, p, split, batch, m, os.path.join(directory, f"{ROUTED_FILE}{i}"))
+              for i, p in enumerate(pairs)]
+    bundles = layer.bundles("routed", routed, kept=False)
+    filed = [layer.task(("bucket", b), _summary_to_file, len(batch), b, m,
+                        os.path.join(directory, f"{SUMMARY_FILE}{b}"), *bundles) for b in range(m)]
+    bundles, filed = persisted(layer.delayed(bundles), layer.delayed(filed))
+    filed = dask.compute(*filed)
+    return bundles, [stored for stored, _ in filed], [edges for _, edges in filed]
+
+
+def interval_hits(pairs, n, hs, marks, bucket_rows=BUCKET_ROWS, batch_values=BATCH_VALUES, wanted_ranks=(),
+                  directory=None):
     """Per QI and half-width ``h`` of ``hs``, how many records' original value lies in the rank
     interval around their masked value (:func:`metrics.interval_hits` over the whole sorted masked
     column), in batches of columns; and the masked columns' order statistics at ``wanted_ranks`` (read
-    from the same buckets' summaries: ``(len(wanted_ranks), d)``)."""
+    from the same buckets' summaries: ``(len(wanted_ranks), d)``). ``directory``: a scratch directory
+    through which a batch's records and its buckets' summaries go (:func:`_buckets_in_files`, in its
+    subdirectory :data:`BATCH_DIRECTORY`, removed after each batch), instead of memory."""
     width = marks[0][0].shape[1]
     m = max(1, -(-n // bucket_rows))
     split = delayed(splitters(marks, m), pure=True)
@@ -299,20 +393,22 @@ def interval_hits(pairs, n, hs, marks, bucket_rows=BUCKET_ROWS, batch_values=BAT
     statistics = np.empty((len(wanted_ranks), width))
     for batch in np.array_split(np.arange(width), n_batches):
         batch = batch.tolist()
-        layer = graph.Layer("microagg-columns")
-        routed = [layer.task(("route", i), _route, p, split, batch, m) for i, p in enumerate(pairs)]
-        pieces = layer.exchange("buckets", routed, m, graph.concatenate_fields, rows=n * len(batch))
-        buckets = persisted(*layer.delayed([layer.task(("bucket", b), _bucket, len(batch), *pieces[b])
-                                            for b in range(m)]))
-        edges = dask.compute(*[delayed(_edges, pure=True)(b) for b in buckets])
+        if directory:
+            batch_directory = os.path.join(directory, BATCH_DIRECTORY)
+            os.makedirs(batch_directory, exist_ok=True)
+            buckets, summaries, edges = _buckets_in_files(pairs, split, batch, m, batch_directory)
+        else:
+            buckets, summaries, edges = _buckets_in_memory(pairs, split, batch, m, n)
         ranks = [ranks_of([e[j] for e in edges]) for j in range(len(batch))]
-        summaries = [delayed(_summaries, pure=True)(b) for b in buckets]
         tasks = []
         for b in range(m):
             reads = [_reads(r, b, n, hs) for r in ranks]
             plan = Plan([(int(r.start[b]), int(r.below_first[b]), int(r.through_last[b])) for r in ranks], reads)
-            read = sorted({c for per_column in reads for c, _ in per_column})
-            tasks.append(delayed(_hits, pure=True)(n, hs, plan, buckets[b], *[(c, summaries[c]) for c in read]))
+            read = [(c, summaries[c]) for c in sorted({c for per_column in reads for c, _ in per_column})]
+            if directory:
+                tasks.append(delayed(_hits_read, pure=True)(n, hs, plan, b, m, summaries[b], read, *buckets))
+            else:
+                tasks.append(delayed(_hits, pure=True)(n, hs, plan, buckets[b], *read))
         selections, where = _statistics_tasks(ranks, summaries, wanted_ranks)
         found = dask.compute(*tasks, *selections)
         hits.append(sum(found[:len(tasks)]))
@@ -320,6 +416,8 @@ def interval_hits(pairs, n, hs, marks, bucket_rows=BUCKET_ROWS, batch_values=BAT
         for j, column in zip(batch, where):
             statistics[:, j] = [found[task][part][at] for task, part, at in column]
         del buckets, summaries, tasks, selections
+        if directory:
+            shutil.rmtree(batch_directory, ignore_errors=True)
     return np.concatenate(hits), statistics
 
 
@@ -430,14 +528,17 @@ def _bounds(edges, bins):
     return full[bins], full[bins + 1]
 
 
-def column_measures(pairs, width, n, ps, quantiles, bucket_rows=BUCKET_ROWS, batch_values=BATCH_VALUES):
+def column_measures(pairs, width, n, ps, quantiles, bucket_rows=BUCKET_ROWS, batch_values=BATCH_VALUES,
+                    directory=None):
     """``(ID rate per QI, quantiles of the original (len(quantiles), d), of the masked)``, exactly as
-    :func:`metrics.interval_disclosure_rates` and ``np.quantile`` compute them over whole columns."""
+    :func:`metrics.interval_disclosure_rates` and ``np.quantile`` compute them over whole columns.
+    ``directory``: the scratch directory of a large evaluation, through which the interval disclosure's
+    records go (:func:`interval_hits`)."""
     marks = dask.compute(*[delayed(piece_marks, pure=True)(p) for p in pairs])
     hs = [metrics.rank_half_width(n, q) for q in ps]
     below, above, weight = quantile_ranks(n, quantiles)
     hits, masked_statistics = interval_hits(pairs, n, hs, marks, bucket_rows, batch_values,
-                                            np.concatenate([below, above]))
+                                            np.concatenate([below, above]), directory)
     rates = np.zeros(width)
     for i in range(len(hs)):
         rates += hits[:, i] / n

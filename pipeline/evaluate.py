@@ -1057,7 +1057,7 @@ def _evaluated(original, masked, qi, k, known, id_percent, quantiles, block_rows
     qi, pairs, n, d = prep.qi, prep.pairs, prep.n_rows, len(prep.qi)
     ps = [float(p) for p in np.atleast_1d(np.asarray(id_percent, dtype=np.float64))]
     with timings.stage("columns"):
-        rates, q_original, q_masked = columns.column_measures(pairs, d, n, ps, quantiles)
+        rates, q_original, q_masked = columns.column_measures(pairs, d, n, ps, quantiles, directory=directory)
     with timings.stage("information loss"):
         edges = report_page.histogram_edges(prep.lo, prep.hi)
         loss, differing, (m, counts_x, counts_m) = information_loss(pairs, qi, prep.std, quantiles, q_original,

@@ -33,29 +33,37 @@ def _zero_inflated(seed, n=3000):
     return X, Xm
 
 
-def _pairs(X, Xm, piece_rows):
+def _pairs(X, Xm, piece_rows, directory=None):
     names = [f"c{j}" for j in range(X.shape[1])]
     original = dd.from_pandas(pd.DataFrame(X, columns=names), npartitions=3)
     masked = dd.from_pandas(pd.DataFrame(Xm, columns=names), npartitions=2)
-    return ev.prepare(original, masked, names, piece_rows=piece_rows).pairs
+    return ev.prepare(original, masked, names, piece_rows=piece_rows, directory=directory).pairs
 
 
-def _measure(X, Xm, ps, bucket_rows, piece_rows, batch_values=columns.BATCH_VALUES):
-    return columns.column_measures(_pairs(X, Xm, piece_rows), X.shape[1], len(X), ps, metrics.QUANTILES,
-                                   bucket_rows=bucket_rows, batch_values=batch_values)
+def _measure(X, Xm, ps, bucket_rows, piece_rows, batch_values=columns.BATCH_VALUES, directory=None):
+    return columns.column_measures(_pairs(X, Xm, piece_rows, directory), X.shape[1], len(X), ps, metrics.QUANTILES,
+                                   bucket_rows=bucket_rows, batch_values=batch_values, directory=directory)
 
 
+@pytest.mark.parametrize("filed", [False, True])
 @pytest.mark.parametrize("seed, ps, bucket_rows, batch_values",
                          [(1, [10.0], 97, 10**6), (2, [1.0, 10.0, 50.0], 400, 6000), (3, [10.0], 10**6, 1)])
-def test_rates_and_quantiles_equal_the_whole_column_measures_exactly(seed, ps, bucket_rows, batch_values):
+def test_rates_and_quantiles_equal_the_whole_column_measures_exactly(seed, ps, bucket_rows, batch_values, filed,
+                                                                     tmp_path):
     """Many buckets or one; all columns in one batch, in two (6,000 values: two columns of 3,000 rows),
-    or one column at a time."""
+    or one column at a time; the records and summaries in memory or through files (a large evaluation's
+    scratch directory, where the pieces' QIs are too: each batch's files are gone after it)."""
     X, Xm = _zero_inflated(seed)
-    rates, q_original, q_masked = _measure(X, Xm, ps, bucket_rows, piece_rows=701, batch_values=batch_values)
+    directory = str(tmp_path) if filed else None
+    rates, q_original, q_masked = _measure(X, Xm, ps, bucket_rows, piece_rows=701, batch_values=batch_values,
+                                           directory=directory)
     np.testing.assert_array_equal(rates, metrics.interval_disclosure_rates(X, Xm, ps))  # bit for bit
     np.testing.assert_array_equal(q_original, np.quantile(X, metrics.QUANTILES, axis=0))
     np.testing.assert_array_equal(q_masked, np.quantile(Xm, metrics.QUANTILES, axis=0))
     assert 0 < rates.min() and rates.max() <= 100
+    if filed:
+        left = sorted(p.name for p in tmp_path.iterdir())
+        assert left and all(name.startswith(ev.PAIR_FILE) for name in left)  # the pieces' QIs only
 
 
 @pytest.mark.parametrize("direct", [None, 0])  # 0: the exchange in two levels, as on a large cluster

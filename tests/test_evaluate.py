@@ -15,7 +15,7 @@ import pytest
 import microagg
 from conftest import CENSUS_CSV, PUBLISHED_MDAV_IL, microagg_cli
 from microagg.pipeline import evaluate as ev
-from microagg.pipeline import io, metrics, report as page
+from microagg.pipeline import columns, io, metrics, report as page
 from microagg.pipeline.errors import InputError
 
 QI = ["AFNLWGT", "AGI", "EMCONTRB", "FEDTAX", "PTOTVAL", "STATETAX", "TAXINC", "POTHVAL", "INTVAL", "PEARNVAL",
@@ -301,7 +301,8 @@ def test_a_large_evaluation_keeps_both_files_qis_in_files_with_the_same_report(t
                                                                                 cluster):
     """With the row count known up front and both files' QIs beyond TRANSIT_MEMORY_SHARE of the memory (forced
     here), the aligned pieces' QIs go to files in a scratch directory, column by column, which every pass reads
-    back; the pieces' distinct released tuples reach their class buckets through files, and each known set's
+    back; the columns' records reach their rank buckets through files, which write their summaries there; the
+    pieces' distinct released tuples reach their class buckets through files, and each known set's
     linkage writes its routed rows and block trees there. The report is the one through
     memory, measure for measure, and no scratch file is left. Workers in other processes, which might not see the
     files, keep the pieces in memory, as does a caller that does not know the row count."""
@@ -346,6 +347,8 @@ def test_a_large_evaluation_keeps_both_files_qis_in_files_with_the_same_report(t
         assert kinds.count("pair") == kinds.count("classes") == reports["files"]["pieces"]
         assert kinds.count("routed") == 2 * 3 * reports["files"]["pieces"]  # originals and masked, three known sets
         assert kinds.count("block") == sum(s["linkage"]["blocks"] for s in scenarios)
+        assert kinds.count("records") == reports["files"]["pieces"]  # the columns' ranks: one batch
+        assert kinds.count("summary") == -(-len(X) // columns.BUCKET_ROWS)  # its buckets
     else:
         assert kinds == []
 
