@@ -302,9 +302,9 @@ def test_a_large_evaluation_keeps_both_files_qis_in_files_with_the_same_report(t
     """With the row count known up front and both files' QIs beyond TRANSIT_MEMORY_SHARE of the memory (forced
     here), the aligned pieces' QIs go to files in a scratch directory, column by column, which every pass reads
     back; the columns' records reach their rank buckets through files, which write their summaries there; the
-    pieces' distinct released tuples reach their class buckets through files, and each known set's
-    linkage writes its routed rows and block trees there. The report is the one through
-    memory, measure for measure, and no scratch file is left. Workers in other processes, which might not see the
+    pieces' distinct released tuples reach their class buckets through files, and each known set's linkage
+    writes its routed rows, block trees and second round's requests and answers there. The report is the one
+    through memory, measure for measure, and no scratch file is left. Workers in other processes, which might not see the
     files, keep the pieces in memory, as does a caller that does not know the row count."""
     from distributed import Client, LocalCluster
 
@@ -346,7 +346,8 @@ def test_a_large_evaluation_keeps_both_files_qis_in_files_with_the_same_report(t
     if through_files:  # every piece in a file, and each known set's routed rows and blocks
         assert kinds.count("pair") == kinds.count("classes") == reports["files"]["pieces"]
         assert kinds.count("routed") == 2 * 3 * reports["files"]["pieces"]  # originals and masked, three known sets
-        assert kinds.count("block") == sum(s["linkage"]["blocks"] for s in scenarios)
+        assert kinds.count("block") == kinds.count("requests") == kinds.count("replies") == sum(
+            s["linkage"]["blocks"] for s in scenarios)  # each block's tree, round-2 requests and answers
         assert kinds.count("records") == reports["files"]["pieces"]  # the columns' ranks: one batch
         assert kinds.count("summary") == -(-len(X) // columns.BUCKET_ROWS)  # its buckets
     else:
