@@ -127,6 +127,20 @@ def test_linkage_links_equal_the_in_memory_links_with_either_exchange(monkeypatc
     for got, want in zip(links, metrics.record_linkage(X, Xm)):
         np.testing.assert_array_equal(got, want)
     assert ev.dld_of(finals, prep.n_rows)[0] == metrics.dld(X, Xm)
+    monkeypatch.setattr(ev, "CREDIT_ROWS", 100)  # the credits summed in pieces
+    assert ev.dld_of(finals, prep.n_rows)[0] == metrics.dld(X, Xm)
+
+
+@pytest.mark.parametrize("n, piece_rows", [(0, 8), (7, 8), (1000, 8), (12345, 1000), (3_000_001, 1 << 20)])
+def test_credits_summed_in_pieces_are_numpys_sum_of_the_whole_array(n, piece_rows):
+    """The DLD's credits, zero but at a fifth of the rows, summed in pieces following NumPy's pairwise halves:
+    bit for bit the sum of the whole array."""
+    rng = np.random.default_rng(n)
+    row_id = rng.permutation(n)[: n // 5]
+    credit = 1.0 / rng.integers(1, 9, len(row_id))
+    whole = np.zeros(n)
+    whole[row_id] = credit
+    assert ev.credit_sum(row_id, credit, n, piece_rows) == float(whole.sum())
 
 
 @pytest.mark.parametrize("make, seed", [(_tie_data, 5), (_continuous_data, 6)])
