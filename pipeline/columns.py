@@ -28,7 +28,8 @@ that a batch's records in transit stay a bounded, spillable amount):
 In a large evaluation (:func:`pipeline.evaluate.scratch_directory`) steps 2-4 go through files instead of
 memory: each piece writes a batch's records to one file cut by column and bucket
 (:func:`pipeline.transit.write_rows`), each bucket task reads its records from every piece's file and
-writes its summaries to a file, and each hits task reads its records again and the summaries it needs.
+writes its summaries and its records' positions among them to files, and each hits task reads its own
+and the summaries it needs.
 Nothing of the column is then held: before, a batch's routed records and buckets were (16 bytes per
 record and column: 1.6 GB for one column of 100M rows).
 
@@ -229,13 +230,17 @@ def _summaries(bucket):
 
 
 def _summary_to_file(width, b, n_buckets, path, *bundles):
-    """Bucket ``b``'s summaries of the ``width`` columns of a batch, from the routing tasks' files, written to
-    ``path``: their :class:`pipeline.transit.Stored` and :func:`_edges`."""
-    masked = []
+    """Bucket ``b`` of the ``width`` columns of a batch, from the routing tasks' files, written to two files:
+    its summaries at ``path`` and its records' positions and original values (the rest of its :class:`Bucket`)
+    at ``path-records``. Returns their :class:`pipeline.transit.Stored` and :func:`_edges`."""
+    masked, records = [], []
     for i in range(width):
-        values, _, counts = distinct_sorted(_read_bucket(bundles, i, b, n_buckets)[0])
+        xm, x = _read_bucket(bundles, i, b, n_buckets)
+        values, at, counts = distinct_sorted(xm)
         masked.append((values, counts))
-    return transit.store(path, [a for summary in masked for a in summary]), [_ends(s) for s in masked]
+        records += [at.astype(np.int32), x]  # (a bucket holds far fewer than 2**31 records)
+    return (transit.store(path, [a for summary in masked for a in summary]),
+            transit.store(f"{path}-records", records), [_ends(s) for s in masked])
 
 
 def _summary_of(summaries):
@@ -305,16 +310,11 @@ def _hits(n, hs, plan, bucket, *read):
     return hits
 
 
-def _hits_read(n, hs, plan, b, n_buckets, stored, read, *bundles):
-    """:func:`_hits` of bucket ``b``, its records read from the routing tasks' files and its summaries from
-    ``stored`` (each record's position among its bucket's distinct values found by a search)."""
-    masked = _summary_of(stored)
-    position, x = [], []
-    for i, (values, _) in enumerate(masked):
-        xm, xo = _read_bucket(bundles, i, b, n_buckets)
-        position.append(np.searchsorted(values, xm))
-        x.append(xo)
-    return _hits(n, hs, plan, Bucket(masked, position, x), *read)
+def _hits_read(n, hs, plan, stored, records, read):
+    """:func:`_hits` of a bucket in files: its summaries ``stored`` and its records' positions and original
+    values ``records`` (:func:`_summary_to_file`)."""
+    arrays = transit.load(records)
+    return _hits(n, hs, plan, Bucket(_summary_of(stored), arrays[0::2], arrays[1::2]), *read)
 
 
 def _order_statistics(summaries, wanted):
@@ -363,18 +363,19 @@ def _buckets_in_memory(pairs, split, batch, m, n):
 
 def _buckets_in_files(pairs, split, batch, m, directory):
     """A batch's buckets through files in ``directory``: each piece writes its records there cut by column
-    and bucket, each bucket task writes its summaries there. The routing tasks' files (persisted bundles of
-    :class:`pipeline.transit.Written`) and per bucket its summaries' :class:`pipeline.transit.Stored` and
-    :func:`_edges`."""
+    and bucket, each bucket task reads its records from every piece's file and writes its summaries and its
+    records' positions to two files (:func:`_summary_to_file`); the pieces' files are then removed. Per
+    bucket: its records' and its summaries' :class:`pipeline.transit.Stored`, and :func:`_edges`."""
     layer = graph.Layer("microagg-columns")
     routed = [layer.task(("route", i), _route_to_file, p, split, batch, m, os.path.join(directory, f"{ROUTED_FILE}{i}"))
               for i, p in enumerate(pairs)]
     bundles = layer.bundles("routed", routed, kept=False)
-    filed = [layer.task(("bucket", b), _summary_to_file, len(batch), b, m,
-                        os.path.join(directory, f"{SUMMARY_FILE}{b}"), *bundles) for b in range(m)]
-    bundles, filed = persisted(layer.delayed(bundles), layer.delayed(filed))
-    filed = dask.compute(*filed)
-    return bundles, [stored for stored, _ in filed], [edges for _, edges in filed]
+    filed = dask.compute(*layer.delayed([layer.task(("bucket", b), _summary_to_file, len(batch), b, m,
+                                                    os.path.join(directory, f"{SUMMARY_FILE}{b}"), *bundles)
+                                         for b in range(m)]))
+    for i in range(len(pairs)):
+        os.remove(os.path.join(directory, f"{ROUTED_FILE}{i}"))
+    return [records for _, records, _ in filed], [stored for stored, _, _ in filed], [edges for _, _, edges in filed]
 
 
 def interval_hits(pairs, n, hs, marks, bucket_rows=BUCKET_ROWS, batch_values=BATCH_VALUES, wanted_ranks=(),
@@ -406,7 +407,7 @@ def interval_hits(pairs, n, hs, marks, bucket_rows=BUCKET_ROWS, batch_values=BAT
             plan = Plan([(int(r.start[b]), int(r.below_first[b]), int(r.through_last[b])) for r in ranks], reads)
             read = [(c, summaries[c]) for c in sorted({c for per_column in reads for c, _ in per_column})]
             if directory:
-                tasks.append(delayed(_hits_read, pure=True)(n, hs, plan, b, m, summaries[b], read, *buckets))
+                tasks.append(delayed(_hits_read, pure=True)(n, hs, plan, summaries[b], buckets[b], read))
             else:
                 tasks.append(delayed(_hits, pure=True)(n, hs, plan, buckets[b], *read))
         selections, where = _statistics_tasks(ranks, summaries, wanted_ranks)

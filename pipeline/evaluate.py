@@ -20,8 +20,9 @@ Stages (each timed under ``timings``):
 3. align: both files cut at the union of their partition boundaries and of a fixed row-id grid
    (``piece_rows``) into aligned pieces (:class:`Pair`: the QIs of both files as float64 arrays), kept
    in memory, or in a large evaluation in files that every later pass reads (the worker's memory then
-   holds neither file: 1.7 GiB at 30M rows x 13 QIs instead of 12.8); the non-QI columns present in
-   both files are compared here (differing rows per column);
+   holds neither file: 1.7 GiB at 30M rows x 13 QIs instead of 12.8, and at 100M; the later passes' own
+   exchanges go through files there too); the non-QI columns present in both files are compared here
+   (differing rows per column);
 4. columns: interval disclosure and quantiles, exact, from every column of both files cut into
    buckets of consecutive ranks (:mod:`pipeline.columns`: no task holds a whole column);
 5. information loss: :func:`metrics.moments` per piece, merged with :func:`metrics.combine_moments`
@@ -1071,9 +1072,10 @@ def scratch_directory(rows, width):
     """A scratch directory for an evaluation of ``rows`` rows of ``width`` QIs, removed on exit, or None: the
     rule of the release's rows in transit (:func:`pipeline.release.transit_directory`), for what an evaluation
     in memory holds (:data:`HELD` times both files' QIs, 16 bytes a row and QI: 5.2 GB at 10M rows x 13 QIs).
-    Through it go the aligned pieces' QIs (:class:`Pair`), read by every pass, the class count's distinct
-    tuples (:func:`class_sizes`) and each linkage's routed rows and block trees (:func:`record_linkage`): the
-    worker's memory no longer holds the files. None without ``rows`` (a library caller's DataFrames of unknown
+    Through it go the aligned pieces' QIs (:class:`Pair`), read by every pass, the interval disclosure's
+    records and bucket summaries (:func:`pipeline.columns.interval_hits`), the class count's distinct tuples
+    (:func:`class_sizes`) and each linkage's routed rows, block trees and round-2 requests and answers
+    (:func:`record_linkage`): the worker's memory no longer holds the files. None without ``rows`` (a library caller's DataFrames of unknown
     length). Its disk must have :data:`SCRATCH_ROOM` times the QIs' size free."""
     with transit_directory(rows or 0, 2 * width, rows is not None, "both files' QIs", SCRATCH_ROOM, HELD) as path:
         yield path

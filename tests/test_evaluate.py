@@ -363,7 +363,7 @@ def test_a_large_evaluation_keeps_both_files_qis_in_files_with_the_same_report(t
         assert kinds.count("block") == kinds.count("requests") == kinds.count("replies") == sum(
             s["linkage"]["blocks"] for s in scenarios)  # each block's tree, round-2 requests and answers
         assert kinds.count("records") == reports["files"]["pieces"]  # the columns' ranks: one batch
-        assert kinds.count("summary") == -(-len(X) // columns.BUCKET_ROWS)  # its buckets
+        assert kinds.count("summary") == 2 * -(-len(X) // columns.BUCKET_ROWS)  # its buckets: summaries, records
     else:
         assert kinds == []
 
