@@ -29,9 +29,8 @@ In a large evaluation (:func:`pipeline.evaluate.scratch_directory`) steps 2-4 go
 memory: each piece writes a batch's records to one file cut by column and bucket
 (:func:`pipeline.transit.write_rows`), each bucket task reads its records from every piece's file and
 writes its summaries and its records' positions among them to files, and each hits task reads its own
-and the summaries it needs.
-Nothing of the column is then held: before, a batch's routed records and buckets were (16 bytes per
-record and column: 1.6 GB for one column of 100M rows).
+and the summaries it needs. Nothing of the column then stays in memory, where a batch's routed records
+and buckets take 16 bytes per record and column (1.6 GB for one column of 100M rows).
 
 Quantiles of the masked file: the order statistics at the wanted ranks are read from the same
 buckets' summaries (each bucket holds a known range of ranks). Quantiles of the original, by
@@ -77,6 +76,8 @@ BATCH_DIRECTORY = "columns"
 """The subdirectory of a scratch directory that holds a batch's files (:func:`_buckets_in_files`), removed after it."""
 ROUTED_FILE = "records-"
 SUMMARY_FILE = "summary-"
+"""Names of a batch's files: a piece's records cut by column and bucket; a bucket's summaries (and, with
+``-records`` after, its records' positions and original values)."""
 SELECTION_BINS = 16_384
 """Value bins per column for the quantiles' order statistics (each about ``rows / 16,384`` records,
 at most the marks allow)."""
