@@ -234,14 +234,11 @@ def _summary_to_file(width, b, n_buckets, path, *bundles):
     """Bucket ``b`` of the ``width`` columns of a batch, from the routing tasks' files, written to two files:
     its summaries at ``path`` and its records' positions and original values (the rest of its :class:`Bucket`)
     at ``path-records``. Returns their :class:`pipeline.transit.Stored` and :func:`_edges`."""
-    masked, records = [], []
-    for i in range(width):
-        xm, x = _read_bucket(bundles, i, b, n_buckets)
-        values, at, counts = distinct_sorted(xm)
-        masked.append((values, counts))
-        records += [at.astype(np.int32), x]  # (a bucket holds far fewer than 2**31 records)
-    return (transit.store(path, [a for summary in masked for a in summary]),
-            transit.store(f"{path}-records", records), [_ends(s) for s in masked])
+    read = [_read_bucket(bundles, i, b, n_buckets) for i in range(width)]
+    bucket = _bucket(width, tuple(xm for xm, _ in read) + tuple(x for _, x in read))
+    records = [a for at, x in zip(bucket.position, bucket.x) for a in (at.astype(np.int32), x)]  # (< 2**31 a bucket)
+    return (transit.store(path, [a for summary in bucket.masked for a in summary]),
+            transit.store(f"{path}-records", records), _edges(bucket))
 
 
 def _summary_of(summaries):

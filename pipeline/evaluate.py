@@ -1075,8 +1075,8 @@ def scratch_directory(rows, width):
     Through it go the aligned pieces' QIs (:class:`Pair`), read by every pass, the interval disclosure's
     records and bucket summaries (:func:`pipeline.columns.interval_hits`), the class count's distinct tuples
     (:func:`class_sizes`) and each linkage's routed rows, block trees and round-2 requests and answers
-    (:func:`record_linkage`): the worker's memory no longer holds the files. None without ``rows`` (a library caller's DataFrames of unknown
-    length). Its disk must have :data:`SCRATCH_ROOM` times the QIs' size free."""
+    (:func:`record_linkage`): the worker's memory no longer holds the files. None without ``rows`` (a library
+    caller's DataFrames of unknown length). Its disk must have :data:`SCRATCH_ROOM` times the QIs' size free."""
     with transit_directory(rows or 0, 2 * width, rows is not None, "both files' QIs", SCRATCH_ROOM, HELD) as path:
         yield path
 

@@ -318,8 +318,8 @@ def test_a_large_evaluation_keeps_both_files_qis_in_files_with_the_same_report(t
     back; the columns' records reach their rank buckets through files, which write their summaries there; the
     pieces' distinct released tuples reach their class buckets through files, and each known set's linkage
     writes its routed rows, block trees and second round's requests and answers there. The report is the one
-    through memory, measure for measure, and no scratch file is left. Workers in other processes, which might not see the
-    files, keep the pieces in memory, as does a caller that does not know the row count."""
+    through memory, measure for measure, and no scratch file is left. Workers in other processes, which might not
+    see the files, keep the pieces in memory, as does a caller that does not know the row count."""
     from distributed import Client, LocalCluster
 
     from microagg.pipeline import release, transit
