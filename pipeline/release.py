@@ -33,6 +33,7 @@ import importlib
 import json
 import logging
 import os
+import pickle
 import threading
 import time
 from collections import Counter
@@ -411,6 +412,21 @@ def _shipped(job):
     return delayed(job, name=f"microagg-job-{uuid.uuid4().hex}", traverse=False)
 
 
+GRAPH_WARNING = "distributed.admin.large-graph-warning-threshold"
+
+
+@contextmanager
+def _graph_holding(objects):
+    """Dask's warning threshold for a graph sent to the scheduler (:data:`GRAPH_WARNING`, 10 MB: data embedded
+    by mistake) raised by the pickled size of ``objects``, which the graph holds once on purpose: the blocks
+    stage's split trees (:func:`_shipped`; 6-7 MB at 100M rows, whose graph was 11 MB). As a literal in the graph
+    the scheduler gives a tree again to a worker that replaces a killed one; data scattered to the workers would
+    be lost with them."""
+    extra = sum(len(pickle.dumps(o, protocol=pickle.HIGHEST_PROTOCOL)) for o in objects)
+    with dask.config.set({GRAPH_WARNING: dask.utils.parse_bytes(dask.config.get(GRAPH_WARNING, "10MB")) + extra}):
+        yield
+
+
 class Rows(NamedTuple):
     """Rows in transit to their task, as arrays (no DataFrame shuffles): global row ids, leaves,
     raw QI values, on their way to an upper plane their task's release-wide group ids, and their
@@ -781,19 +797,33 @@ def _process_memory():
 @contextmanager
 def transit_directory(n_rows, cells, wanted=True, what="rows in transit", room=None, held=1.0):
     """A scratch directory for ``n_rows`` rows of ``cells`` 8-byte cells in transit (:func:`solve_blocks`), removed
-    on exit; None (the rows travel in memory) up to :data:`TRANSIT_MEMORY_SHARE` of the memory, or when the tasks do
-    not all run in this process (a worker elsewhere could not read the files), or without the disk room for them.
+    on exit; None (the rows travel in memory) up to :data:`TRANSIT_MEMORY_SHARE` of the memory, or when a worker
+    (another process: :func:`_unseen_by_workers`) cannot see the directory, or without the disk room for them.
     ``what``: their name in the log; ``room``: the free disk space needed, in times their size
     (default :data:`pipeline.transit.ROOM`); ``held``: the memory they would take, in times their size."""
     transit.clean()  # a killed job's files
     n_bytes = 8 * n_rows * cells
-    if not wanted or not _in_this_process() or held * n_bytes <= TRANSIT_MEMORY_SHARE * _process_memory():
+    if not wanted or held * n_bytes <= TRANSIT_MEMORY_SHARE * _process_memory():
         yield None
         return
     with transit.scratch(n_bytes, room, what) as path:
-        if path:
+        unseen = _unseen_by_workers(path) if path else 0
+        if unseen:
+            log.info("%s kept in memory: %d Dask worker(s) cannot see the scratch directory %s (set Dask's "
+                     "temporary-directory to a filesystem they share)", what, unseen, path)
+            path = None
+        elif path:
             log.info("%s through files under %s (%.2f GB)", what, path, n_bytes / 1e9)
         yield path
+
+
+def _unseen_by_workers(path):
+    """How many workers do not see ``path`` (a new directory of a random name: on another host it is not there);
+    0 when the tasks run in this process."""
+    client = _client()
+    if client is None or _in_this_process():
+        return 0
+    return sum(bool(gone) for gone in client.run(_missing, [os.path.abspath(path)]).values())
 
 
 @contextmanager
@@ -804,10 +834,13 @@ def _transit_for(scratch, n_rows, cells, wanted, released_cells):
     pieces (``released_cells`` 8-byte cells a row: row id, group, a share of their group's tuple) go through
     it when they too would take more than :data:`TRANSIT_MEMORY_SHARE` of the memory: written, each row with
     its values, they are three times their size in memory, which cost the 30M-row job 3-5 s (4 %) here for
-    0.5 GiB (BENCHMARKS.md, fifty-fourth session)."""
+    0.5 GiB (BENCHMARKS.md, fifty-fourth session). Between worker processes they go through it whenever the rows
+    in transit do: in memory they would reach the write's file tasks through an exchange of per-file cuts,
+    which held them two or three times over (at 30M rows the workers' peak, 2.9 GiB, was in the write)."""
     if scratch is not None:
         path = scratch.enter_context(transit_directory(n_rows, cells, wanted))
-        yield path, bool(path) and 8 * n_rows * released_cells > TRANSIT_MEMORY_SHARE * _process_memory()
+        yield path, bool(path) and (not _one_process()
+                                    or 8 * n_rows * released_cells > TRANSIT_MEMORY_SHARE * _process_memory())
         return
     with transit_directory(n_rows, cells, wanted) as path:
         yield path, False
@@ -1374,21 +1407,24 @@ def _sorted_unique(values):
     return values[np.r_[True, values[1:] != values[:-1]]] if len(values) else values
 
 
-def _per_file(released, n_rows, rows_per_file, func, *args, inputs=None):
+def _per_file(released, n_rows, rows_per_file, func, *args, inputs=None, filed=False):
     """``(output divisions, [func(start, stop, *args, slots, *pieces) per output file])``: one
     delayed task per output file over the released pieces of every attribute block that hold its
     rows (``released``: one ``(column positions, pieces)`` pair per block; ``slots``: each piece's
     column positions). ``inputs``: None, or one delayed object per output file, whose value the file's
-    task passes first (``func(input, start, stop, ...)``)."""
+    task passes first (``func(input, start, stop, ...)``). ``filed``: the pieces are :class:`FiledRelease`
+    descriptions, which every worker may take whole (each file's task reads its own rows)."""
     out_div = file_divisions(n_rows, rows_per_file)
     starts = np.asarray(out_div[:-1], dtype=np.int64)
     stops = [*out_div[1:-1], n_rows]
     layer = graph.Layer(f"microagg-{func.__name__.strip('_')}")
-    if _one_process():
-        # every piece is in this one process's memory: each file task takes its rows from the whole
-        # pieces (a binary search each) instead of an exchange of per-file cuts, whose two thousand
-        # small tasks at 10M rows kept the scheduler, not the cores, busy (BENCHMARKS.md); through
-        # bundles of pieces, not every piece, since files x pieces dependencies grow with the square
+    if filed or _one_process():
+        # every piece is in this one process's memory, or is a file's description: each file task takes its
+        # rows from the whole pieces (a binary search each, or its rows read from each file) instead of an
+        # exchange of per-file cuts, whose two thousand small tasks at 10M rows kept the scheduler, not the
+        # cores, busy (BENCHMARKS.md), and which between worker processes held the pieces two or three times
+        # (at 30M rows 2.9 GiB a worker); through bundles of pieces, not every piece, since files x pieces
+        # dependencies grow with the square
         pieces = layer.bundles("pieces", [p for _, block_pieces in released for p in block_pieces])
         places = tuple(tuple(int(c) for c in positions) for positions, block_pieces in released for _ in block_pieces)
         files = [layer.task(("file", i), _from_pieces, func, lead, int(a), int(b), args, places, *pieces)
@@ -1458,11 +1494,11 @@ def _workers_see(path):
                          "filesystem; or an object store URL for the input). Nothing was written.")
 
 
-def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None, where=None):
+def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None, where=None, filed=False):
     """The released frame: input rows in input order with QIs replaced, identifiers dropped (or
     pseudonymised with the HMAC ``key``), only the rows meeting ``where`` if given. ``released``: one
-    ``(column positions, delayed Released pieces)`` pair per attribute block. ``lengths``: of the
-    frame's partitions, none of them empty."""
+    ``(column positions, delayed Released pieces)`` pair per attribute block (``filed``: :class:`FiledRelease`
+    pieces). ``lengths``: of the frame's partitions, none of them empty."""
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     in_div = tuple(int(o) for o in offsets) + (n_rows - 1,)
     out_div = file_divisions(n_rows, rows_per_file)
@@ -1471,7 +1507,7 @@ def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=
     # task of their own, needing only the persisted pieces, they were ready at once and ran ahead of the
     # input's reading (at 10M rows with the input re-read, 31 files' values waited at once: 0.8 GB)
     _, files = _per_file(released, n_rows, rows_per_file, _replaced, tuple(qi), tuple(ids), key, where,
-                         inputs=original.to_delayed())
+                         inputs=original.to_delayed(), filed=filed)
     meta = _replace_qis(original._meta, _assemble(0, 0, tuple(qi), ()), qi, ids, key, where)
     with dask.config.set({"dataframe.convert-string": False}):  # an object column (lists, structs) stays as read
         return dd.from_delayed(files, meta=meta, divisions=out_div, verify_meta=False)
@@ -1483,17 +1519,17 @@ def _replaced(original, start, stop, qi, ids, key, where, slots, *pieces):
     return _replace_qis(original, _assemble(start, stop, qi, slots, *pieces), qi, ids, key, where)
 
 
-def real_anonymity(released, width, n_rows, rows_per_file, subsets):
+def real_anonymity(released, width, n_rows, rows_per_file, subsets, filed=False):
     """k' = records / distinct released records over each subset of QI columns (the Mic1D paper's
     real anonymity), distinct tuples counted by 64-bit hashes across all output files. Returns ``(k'
-    per subset, the centred cross-products of the released values)``."""
-    _, files = _per_file(released, n_rows, rows_per_file, _distinct_tuples, width, subsets)
+    per subset, the centred cross-products of the released values)``. ``filed``: as :func:`_per_file`'s."""
+    _, files = _per_file(released, n_rows, rows_per_file, _distinct_tuples, width, subsets, filed=filed)
     per_file = dask.compute(*files)
     k_prime = [n_rows / len(_sorted_unique(np.concatenate([f[i] for f in per_file]))) for i in range(len(subsets))]
     return k_prime, _merge_comoments([f[-1] for f in per_file])[2]
 
 
-def _attribute_block_report(blocks, per_block, std, starts, n_rows, solved, rows_per_file):
+def _attribute_block_report(blocks, per_block, std, starts, n_rows, solved, rows_per_file, filed=False):
     """Per attribute block: columns, groups, smallest group, IL; and the real anonymity k' of the
     whole record and of every pair and triple of blocks (k-anonymity holds per block only). Returns
     ``(that dict, the released values' centred cross-products)``."""
@@ -1516,7 +1552,7 @@ def _attribute_block_report(blocks, per_block, std, starts, n_rows, solved, rows
     names["all"] = tuple(range(len(blocks)))
     subsets = [tuple(c for b in combo for c in range(starts[b], starts[b + 1])) for combo in names.values()]
     by_block = [(range(starts[b], starts[b + 1]), pieces) for b, pieces in enumerate(solved)]
-    k_prime, comoment = real_anonymity(by_block, int(starts[-1]), n_rows, rows_per_file, subsets)
+    k_prime, comoment = real_anonymity(by_block, int(starts[-1]), n_rows, rows_per_file, subsets, filed)
     out["real_anonymity"] = dict(zip(names, k_prime))
     return out, comoment
 
@@ -1665,14 +1701,15 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
                                              if by_tree else {}))
             solved.append(pieces)
             forests.append(forest)
-        flat = dask.persist(*[p for pieces in solved for p in pieces])
+        with _graph_holding(forests):
+            flat = dask.persist(*[p for pieces in solved for p in pieces])
         cuts = np.cumsum([0] + [len(p) for p in solved])
         solved = [list(flat[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
         # the release's graph is built while the workers solve (it is computed only after the gate)
         key = identifier_key if options.hash_identifiers else None
         by_block = [(range(starts[b], starts[b + 1]), pieces) for b, pieces in enumerate(solved)]
         released = restore_order(frame, by_block, lengths, qi, ids, n_rows, options.rows_per_file, key,
-                                 options.release_where)
+                                 options.release_where, release_files)
         _wait(flat)
         if release_files:  # the rows in transit are solved: only the released pieces' files are read again
             transit.remove_files(transit_dir, keep=RELEASED_FILE)
@@ -1737,7 +1774,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
     if len(blocks) > 1:
         with timings.stage("real anonymity"):
             report["attribute_blocks"], masked = _attribute_block_report(blocks, per_block, std, starts, n_rows,
-                                                                         solved, options.rows_per_file)
+                                                                         solved, options.rows_per_file, release_files)
     report["summary"] = _data_summary(qi, edges, data, n_rows, complete, covariance, masked)
     return released, report
 

@@ -16,7 +16,8 @@ import logging
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
+import uuid
+from contextlib import contextmanager, suppress
 from typing import NamedTuple
 
 import dask
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 
 PREFIX = "microagg-transit-"
 """Scratch directories are named ``PREFIX<pid>-<random>``: the pid tells a later job whether its job still runs."""
+
+PART = ".part-"
+"""In the name of a file being written (:func:`_replacing`), before it is renamed to its own."""
 
 ROOM = 3.0
 """The scratch directory's filesystem must have this many times the rows' bytes free (the released pieces go there too), else the rows stay in memory."""
@@ -51,7 +55,7 @@ def write_rows(path, key, n_keys, arrays):
     bounds, order = groups.group_members(np.ascontiguousarray(key, dtype=np.int64), n_keys)
     arrays = [a for a in arrays if a is not None]
     offsets, position = [], 0
-    with open(path, "wb") as f:
+    with _replacing(path) as f:
         for a in arrays:
             offsets.append(position)
             block = np.ascontiguousarray(np.take(a, order, axis=0))
@@ -59,6 +63,22 @@ def write_rows(path, key, n_keys, arrays):
             position += block.nbytes
     return Written(path, bounds, tuple(offsets), tuple(a.dtype.str for a in arrays),
                    tuple(a.shape[1] if a.ndim == 2 else 0 for a in arrays))
+
+
+@contextmanager
+def _replacing(path):
+    """``path`` opened for writing as a new file beside it, renamed over it once complete: a task that a
+    worker process's death makes Dask run again rewrites its file (the same bytes) while another worker may
+    be reading the first one's, which stays whole for it (its open file keeps the replaced one)."""
+    part = f"{path}{PART}{uuid.uuid4().hex}"
+    try:
+        with open(part, "wb") as f:
+            yield f
+        os.replace(part, path)
+    except BaseException:
+        with suppress(OSError):
+            os.remove(part)
+        raise
 
 
 def _bytes(array):
@@ -118,7 +138,7 @@ def store(path, arrays):
     """Write ``arrays`` to ``path``, one after the other; :func:`load` reads them back."""
     offsets, position = [], 0
     arrays = [np.ascontiguousarray(a) for a in arrays]
-    with open(path, "wb") as f:
+    with _replacing(path) as f:
         for a in arrays:
             offsets.append(position)
             f.write(_bytes(a))

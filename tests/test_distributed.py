@@ -4,6 +4,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import threading
@@ -1815,7 +1816,7 @@ def test_rows_in_transit_through_files_give_the_same_release_and_leave_no_file(t
     task reads its rows from every file and writes those for its upper planes to one file, which their tasks
     read; every released piece goes to a file cut by output file, which the write reads file by file. The
     release is the one through memory, and the directory is gone after the job. Workers in other processes
-    keep the rows in memory (they might not see the files)."""
+    use the files too: they see the scratch directory (pipeline.release._unseen_by_workers)."""
     from distributed import Client, LocalCluster
 
     from microagg.pipeline import release, transit
@@ -1835,18 +1836,22 @@ def test_rows_in_transit_through_files_give_the_same_release_and_leave_no_file(t
             LocalCluster(n_workers=workers, threads_per_worker=threads, processes=processes,
                          dashboard_address=":0") as cluster, Client(cluster):
         for name, source, options in [("plain", root / "four", base),
-                                      ("weighted", weighted, dict(base, weights="weight", strata=("region",)))]:
+                                      ("weighted", weighted, dict(base, weights="weight", strata=("region",))),
+                                      ("blocks", root / "four", dict(base, attribute_blocks=(tuple(QI[:2]),
+                                                                                             tuple(QI[2:]))))]:
             for threshold in (0, 10**18):
                 monkeypatch.setattr(release, "TRANSIT_MEMORY_SHARE", threshold)
                 out = tmp_path / f"{name}-{threshold}"
                 report = release.run(str(source), str(out), release.ReleaseOptions(**options))
-                runs[name, threshold] = (report["rows_in_transit"], report["released_pieces"]), _files(out)
+                runs[name, threshold] = ((report["rows_in_transit"], report["released_pieces"]), _files(out),
+                                         report.get("attribute_blocks"))
                 assert [p for p in os.listdir(scratch) if p.startswith(transit.PREFIX)] == []  # beside Dask's own
-    for name in ("plain", "weighted"):
-        assert runs[name, 0][1] == runs[name, 10**18][1]
+    assert runs["blocks", 0][2]["real_anonymity"]["all"] > 1  # k' read from the released pieces' files
+    for name in ("plain", "weighted", "blocks"):
+        assert runs[name, 0][1:] == runs[name, 10**18][1:]
         assert runs[name, 10**18][0] == ("memory", "memory")
-        assert runs[name, 0][0] == (("memory",) * 2 if processes else ("files",) * 2)
-    if not processes:
+        assert runs[name, 0][0] == ("files",) * 2
+    if not processes:  # the spies see only this process's calls
         upper = [path for path in written if "-upper-" in path]
         released = [path for path in written if "-released-" in path]
         routed = [path for path in written if path not in upper + released]
@@ -1854,6 +1859,29 @@ def test_rows_in_transit_through_files_give_the_same_release_and_leave_no_file(t
         assert len(upper) >= 2  # block tasks below an upper plane
         assert len(released) >= 2 * len(upper)  # the block tasks' and the upper planes' released pieces
         assert len(read) >= 2 * 2  # every block task (pack) and upper plane of each job reads its rows
+
+
+def test_rows_in_transit_stay_in_memory_when_a_worker_process_cannot_see_the_scratch_directory(tmp_path, monkeypatch,
+                                                                                               caplog):
+    """Worker processes see a scratch directory on a filesystem they share with the job (here, one host), and the
+    rows in transit go through it; a worker that does not see it (another host's temporary directory) keeps them in
+    memory, which the log says, and the directory goes."""
+    from distributed import Client, LocalCluster
+
+    from microagg.pipeline import release, transit
+
+    monkeypatch.setattr(release, "TRANSIT_MEMORY_SHARE", 0)
+    with dask.config.set({"temporary-directory": str(tmp_path)}), LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, Client(cluster):
+        assert release._unseen_by_workers(str(tmp_path)) == 0
+        assert release._unseen_by_workers(str(tmp_path / "another-host-s")) == 2
+        with release.transit_directory(1000, 15) as path:
+            assert path and os.path.isdir(path)
+        monkeypatch.setattr(release, "_unseen_by_workers", lambda path: 1)
+        with caplog.at_level(logging.INFO, logger="microagg"), release.transit_directory(1000, 15) as path:
+            assert path is None
+    assert "rows in transit kept in memory: 1 Dask worker(s) cannot see the scratch directory" in caplog.text
+    assert [p for p in os.listdir(tmp_path) if p.startswith(transit.PREFIX)] == []
 
 
 def test_the_released_pieces_go_through_files_only_when_they_too_would_take_a_tenth_of_the_memory(tmp_path, data,
@@ -1876,3 +1904,37 @@ def test_the_released_pieces_go_through_files_only_when_they_too_would_take_a_te
     assert {name: how for name, (how, _) in runs.items()} == {
         "both": ("files", "files"), "rows": ("files", "memory"), "none": ("memory", "memory")}
     assert runs["both"][1] == runs["rows"][1] == runs["none"][1]
+
+
+def _first(values):
+    return float(values[0])
+
+
+def test_the_split_trees_held_once_by_the_blocks_graph_do_not_count_toward_dask_s_large_graph_warning():
+    """Dask warns of a graph past 10 MB (data embedded by mistake); the blocks stage's graph holds each split tree
+    once on purpose (6-7 MB at 100M rows), so the threshold is raised by their pickled size for it: a graph of a
+    12 MB object warns without it and not with it, and one larger than the object and the threshold warns still."""
+    import warnings
+
+    from distributed import Client, LocalCluster
+
+    from microagg.pipeline import graph, release
+
+    tree = np.arange(1_500_000, dtype=np.float64)  # 12 MB pickled
+    big = np.arange(3_000_000, dtype=np.float64)
+
+    def warned(obj, held):
+        layer = graph.Layer("microagg-test")
+        shipped = dask.delayed(obj, name=f"literal-{id(layer)}", traverse=False)
+        refs = [layer.task(i, _first, shipped) for i in range(4)]
+        with warnings.catch_warnings(record=True) as caught, release._graph_holding(held):
+            warnings.simplefilter("always")
+            assert dask.compute(*layer.delayed(refs)) == (0.0,) * 4
+        return any("Sending large graph" in str(w.message) for w in caught)
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster):
+        assert warned(tree, [])
+        assert not warned(tree, [tree])
+        assert warned(np.concatenate([tree, big]), [tree])
+    assert dask.config.get(release.GRAPH_WARNING) == "10MB"  # as it was, after each graph

@@ -148,15 +148,26 @@ def scheduler(tmp_path):
 
 
 @pytest.mark.cluster
-def test_a_worker_killed_in_the_middle_of_the_blocks_stage(tmp_path, data, scheduler):
+@pytest.mark.parametrize("through_files, during, tasks, done_left", [
+    (False, "blocks", "solve", (4, 20)), (True, "blocks", "solve", (4, 20)), (True, "write", "replaced", (2, 8)),
+    (True, "gate", None, None)], ids=["in-memory", "through-files", "through-files-in-the-write",
+                                      "through-files-after-the-blocks"])
+def test_a_worker_killed_in_the_middle_of_a_stage(tmp_path, data, scheduler, through_files, during, tasks,
+                                                  done_left):
+    """The job completes and its release is byte-identical to an undisturbed run's. Through files (forced): the
+    routing and block tasks that Dask runs again write their files again (each renamed over the first once whole),
+    and read the others'. Killed in the write (its file tasks' keys name "replaced"), or as the blocks stage ends
+    (the gate starts): the block tasks whose released pieces died with the worker run again after the blocks
+    stage, and so do the routing tasks they need, whose files went with it (Dask keeps no result that no
+    task still needs: nothing left reads a removed file)."""
     from distributed import Client
 
-    def block_tasks(dask_scheduler):  # nested: pickled by value, the scheduler cannot import this module
-        """The block tasks (keys naming "solve": each task's solve and its pieces): ``(workers
+    def block_tasks(dask_scheduler, tasks):  # nested: pickled by value, the scheduler cannot import this module
+        """The stage's tasks (keys naming ``tasks``: "solve", each block task's solve and its pieces): ``(workers
         processing one, how many are in memory, how many are still to run, results held per worker)``."""
         processing, done, left = set(), 0, 0
         for ts in dask_scheduler.tasks.values():
-            if "solve" in str(ts.key):
+            if tasks and tasks in str(ts.key):
                 if ts.state == "processing":
                     processing.add(ts.processing_on.address)
                 done += ts.state == "memory"
@@ -166,24 +177,34 @@ def test_a_worker_killed_in_the_middle_of_the_blocks_stage(tmp_path, data, sched
 
     source, _ = data
     killed = tmp_path / "killed"
-    release_only = ["--no-evaluate", "--no-html"]  # the release's bytes are the point (the kill is in the blocks)
-    job = Job("anonymize", source, killed, "--k", 5, *OPTIONS, *release_only, "--scheduler", scheduler)
+    release_only = ["--no-evaluate", "--no-html", "--rows-per-file", 10_000]  # the release's bytes are the point
+    env, program, transit_dirs = _through_files(tmp_path) if through_files else (None, None, list)
+    job = Job("anonymize", source, killed, "--k", 5, *OPTIONS, *release_only, "--scheduler", scheduler,
+              program=program, env=env)
     try:
-        job.wait_for(stage("blocks", "started"), "blocks stage")
         with Client(scheduler, timeout="30s") as client:
             pids = client.run(os.getpid)
+            job.wait_for(stage(during, "started"), f"{during} stage")
             deadline = time.monotonic() + 60
-            while True:  # some block tasks done (their results on both workers), most still to run
-                processing, done, left, held = client.run_on_scheduler(block_tasks)
-                if processing and done >= 4 and left >= 20:
+            while True:  # some of the stage's tasks done (their results on both workers), most still to run
+                processing, done, left, held = client.run_on_scheduler(block_tasks, tasks=tasks)
+                if not tasks:  # at once: the worker holding the most results
+                    processing = [max(held, key=held.get)]
+                    break
+                if processing and done >= done_left[0] and left >= done_left[1]:
                     break
                 assert time.monotonic() < deadline and job.proc.poll() is None, (processing, done, left)
                 time.sleep(0.02)
             victim = processing[0]
             assert held[victim] > 0  # results (the input's partitions, block pieces) die with it
             os.kill(pids[victim], signal.SIGKILL)
+            rerun = False  # block tasks to run again after their stage (its results lost with the worker)
+            while not tasks and not rerun and job.proc.poll() is None:
+                rerun = client.run_on_scheduler(block_tasks, tasks="solve")[2] > 0
+                time.sleep(0.02)
             assert job.finish() == 0, job.events[-3:]
             assert victim not in client.scheduler_info()["workers"]  # the nanny started a new worker process
+            assert rerun or tasks
     finally:
         job.stop()
     assert not [e for e in job.events if e.get("level") == "ERROR"]
@@ -195,7 +216,8 @@ def test_a_worker_killed_in_the_middle_of_the_blocks_stage(tmp_path, data, sched
     reports = [json.loads((p / "_report.json").read_text()) for p in (killed, undisturbed)]
     assert reports[0]["rows"] == 400_000 and reports[0]["tasks"] >= 100
     assert reports[0]["information_loss"] == reports[1]["information_loss"]
-    assert not temporaries(killed)
+    assert reports[0]["rows_in_transit"] == ("files" if through_files else "memory")
+    assert not temporaries(killed) and not transit_dirs()
 
 
 # --- the job killed or interrupted -----------------------------------------------------------------

@@ -111,3 +111,30 @@ def test_stored_arrays_and_columns_read_back_as_written(tmp_path):
     np.testing.assert_array_equal(transit.read_columns(tmp_path / "columns", 6, [4, 0]), np.stack([Xm[:, 1], X[:, 0]]))
     np.testing.assert_array_equal(transit.read_columns(tmp_path / "columns", 6, range(6)), np.hstack([X, Xm]).T)
 
+
+
+def test_a_file_written_again_leaves_a_reader_of_the_first_its_whole_bytes(tmp_path, monkeypatch):
+    """A task that Dask runs again (its worker process killed) rewrites its file while another worker may be
+    reading the first one's: the new file replaces it only once complete, so the reader, whose open file is the
+    first, reads it whole; a write that fails leaves the first file as it was and no part of its own."""
+    rng = np.random.default_rng(2)
+    arrays = _rows(rng, 300, 3)
+    key = rng.integers(0, 4, 300)
+    path = str(tmp_path / "routed-0")
+    written = transit.write_rows(path, key, 4, arrays)
+    with open(path, "rb") as reader:
+        again = transit.write_rows(path, key, 4, arrays)  # the same task, run again
+        first = reader.read()
+    assert again.path == written.path and (again.bounds == written.bounds).all() and again.offsets == written.offsets
+    assert len(first) == 300 * (8 + 8 + 24)
+    with open(path, "rb") as f:
+        assert f.read() == first
+    with monkeypatch.context() as patched, pytest.raises(ZeroDivisionError):
+        patched.setattr(transit, "_bytes", lambda array: 1 / 0)
+        transit.write_rows(path, key, 4, arrays)
+    assert os.listdir(tmp_path) == ["routed-0"]
+    with open(path, "rb") as f:
+        assert f.read() == first
+    for k in range(4):
+        got = transit.read_key([written], k)
+        np.testing.assert_array_equal(got[2], arrays[2][key == k])
