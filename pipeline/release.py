@@ -797,13 +797,18 @@ def _process_memory():
 @contextmanager
 def transit_directory(n_rows, cells, wanted=True, what="rows in transit", room=None, held=1.0):
     """A scratch directory for ``n_rows`` rows of ``cells`` 8-byte cells in transit (:func:`solve_blocks`), removed
-    on exit; None (the rows travel in memory) up to :data:`TRANSIT_MEMORY_SHARE` of the memory, or when a worker
-    (another process: :func:`_unseen_by_workers`) cannot see the directory, or without the disk room for them.
+    on exit; None (the rows travel in memory) when the tasks run in one process and the rows would take at most
+    :data:`TRANSIT_MEMORY_SHARE` of the memory, or when a worker (another process: :func:`_unseen_by_workers`)
+    cannot see the directory, or without the disk room for them. Between worker processes the rows go through
+    files whatever their size: in memory they travel between the workers, whose exchanges hold them more than
+    once (at 10M rows on 2 worker processes here: 53-56 s and 2.2 GiB a worker in memory, 51 s and 1.3 GiB
+    through files; at 1M rows the same time and memory either way; BENCHMARKS.md, fifty-seventh session).
     ``what``: their name in the log; ``room``: the free disk space needed, in times their size
     (default :data:`pipeline.transit.ROOM`); ``held``: the memory they would take, in times their size."""
     transit.clean()  # a killed job's files
     n_bytes = 8 * n_rows * cells
-    if not wanted or held * n_bytes <= TRANSIT_MEMORY_SHARE * _process_memory():
+    if not wanted or not n_rows or ((_in_this_process() or _one_process())
+                                    and held * n_bytes <= TRANSIT_MEMORY_SHARE * _process_memory()):
         yield None
         return
     with transit.scratch(n_bytes, room, what) as path:

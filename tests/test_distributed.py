@@ -1816,7 +1816,8 @@ def test_rows_in_transit_through_files_give_the_same_release_and_leave_no_file(t
     task reads its rows from every file and writes those for its upper planes to one file, which their tasks
     read; every released piece goes to a file cut by output file, which the write reads file by file. The
     release is the one through memory, and the directory is gone after the job. Workers in other processes
-    use the files too: they see the scratch directory (pipeline.release._unseen_by_workers)."""
+    use the files too, whatever the share, when they see the scratch directory (here: one host); through memory
+    when they do not (pipeline.release._unseen_by_workers, patched)."""
     from distributed import Client, LocalCluster
 
     from microagg.pipeline import release, transit
@@ -1842,7 +1843,10 @@ def test_rows_in_transit_through_files_give_the_same_release_and_leave_no_file(t
             for threshold in (0, 10**18):
                 monkeypatch.setattr(release, "TRANSIT_MEMORY_SHARE", threshold)
                 out = tmp_path / f"{name}-{threshold}"
-                report = release.run(str(source), str(out), release.ReleaseOptions(**options))
+                with monkeypatch.context() as patched:
+                    if processes and threshold:  # (between processes, memory only if a worker cannot see the files)
+                        patched.setattr(release, "_unseen_by_workers", lambda path: workers)
+                    report = release.run(str(source), str(out), release.ReleaseOptions(**options))
                 runs[name, threshold] = ((report["rows_in_transit"], report["released_pieces"]), _files(out),
                                          report.get("attribute_blocks"))
                 assert [p for p in os.listdir(scratch) if p.startswith(transit.PREFIX)] == []  # beside Dask's own

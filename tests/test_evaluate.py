@@ -319,8 +319,8 @@ def test_a_large_evaluation_keeps_both_files_qis_in_files_with_the_same_report(t
     pieces' distinct released tuples reach their class buckets through files, and each known set's linkage
     writes its routed rows, block trees and second round's requests and answers there. The report is the one
     through memory, measure for measure, and no scratch file is left. Workers in other processes, which see the
-    scratch directory here, use the files too; a caller that does not know the row count keeps the pieces in
-    memory."""
+    scratch directory here, use the files too (whatever the share; in memory when they do not see them); a caller
+    that does not know the row count keeps the pieces in memory."""
     from distributed import Client, LocalCluster
 
     from microagg.pipeline import release, transit
@@ -339,7 +339,9 @@ def test_a_large_evaluation_keeps_both_files_qis_in_files_with_the_same_report(t
             stack.enter_context(Client(stack.enter_context(LocalCluster(
                 n_workers=workers, threads_per_worker=threads, processes=processes, dashboard_address=":0"))))
         spied = cluster is None or not cluster[2]  # (the spies see only this process's calls)
-        reports["memory"] = ev.evaluate(original, masked, names, **options)
+        with monkeypatch.context() as patched:  # between processes, memory only if a worker cannot see the files
+            patched.setattr(release, "_unseen_by_workers", lambda path: 2)
+            reports["memory"] = ev.evaluate(original, masked, names, **options)
         monkeypatch.setattr(release, "TRANSIT_MEMORY_SHARE", 0)
         if cluster is None:  # (whatever the cluster)
             reports["unknown rows"] = ev.evaluate(original, masked, names, **options)

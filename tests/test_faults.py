@@ -178,7 +178,7 @@ def test_a_worker_killed_in_the_middle_of_a_stage(tmp_path, data, scheduler, thr
     source, _ = data
     killed = tmp_path / "killed"
     release_only = ["--no-evaluate", "--no-html", "--rows-per-file", 10_000]  # the release's bytes are the point
-    env, program, transit_dirs = _through_files(tmp_path) if through_files else (None, None, list)
+    env, program, transit_dirs = _through_files(tmp_path) if through_files else (None, IN_MEMORY, list)
     job = Job("anonymize", source, killed, "--k", 5, *OPTIONS, *release_only, "--scheduler", scheduler,
               program=program, env=env)
     try:
@@ -766,6 +766,13 @@ def test_a_job_whose_directory_was_taken_commits_nothing(tmp_path):
         io.commit_output(tmp, out)
     io.discard_output(tmp)
     assert all_files(out) == previous and not temporaries(out)
+
+
+IN_MEMORY = [sys.executable, "-c", "import sys; from microagg.pipeline import release; "
+                                   "release._unseen_by_workers = lambda path: 2; sys.argv[0] = 'microagg'; "
+                                   "from microagg.jobs.cli import console; console()"]
+"""A job whose worker processes cannot see its scratch directory (as on hosts that share no filesystem with it):
+the rows in transit travel between them in memory."""
 
 
 def _through_files(tmp_path):
