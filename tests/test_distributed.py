@@ -1916,7 +1916,7 @@ def _first(values):
 
 def test_the_split_trees_held_once_by_the_blocks_graph_do_not_count_toward_dask_s_large_graph_warning():
     """Dask warns of a graph past 10 MB (data embedded by mistake); the blocks stage's graph holds each split tree
-    once on purpose (6-7 MB at 100M rows), so the threshold is raised by their pickled size for it: a graph of a
+    once on purpose (10.2 MB at 100M rows), so the threshold is raised by their pickled size for it: a graph of a
     12 MB object warns without it and not with it, and one larger than the object and the threshold warns still."""
     import warnings
 
