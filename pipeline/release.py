@@ -823,12 +823,8 @@ def transit_directory(n_rows, cells, wanted=True, what="rows in transit", room=N
 
 
 def _unseen_by_workers(path):
-    """How many workers do not see ``path`` (a new directory of a random name: on another host it is not there);
-    0 when the tasks run in this process."""
-    client = _client()
-    if client is None or _in_this_process():
-        return 0
-    return sum(bool(gone) for gone in client.run(_missing, [os.path.abspath(path)]).values())
+    """How many workers do not see ``path`` (a new directory of a random name: on another host it is not there)."""
+    return len(_unseen(path))
 
 
 @contextmanager
@@ -1484,14 +1480,20 @@ def _missing(paths):
     return [p for p in paths if not os.path.exists(p)]
 
 
+def _unseen(path):
+    """``{worker: [path]}`` for the workers (other processes, perhaps other hosts) that do not see ``path`` at the
+    job's path; none when the tasks run in this process."""
+    client = _client()
+    if client is None or _in_this_process():
+        return {}
+    return {worker: gone for worker, gone in client.run(_missing, [os.path.abspath(path)]).items() if gone}
+
+
 def _workers_see(path):
     """Refuse a cluster whose workers (other processes, perhaps other hosts) do not see ``path``, a
     local input or the release's temporary directory, at the job's path: they read the one and write
     into the other."""
-    client = _client()
-    if client is None or _in_this_process():
-        return
-    unseen = {worker: gone for worker, gone in client.run(_missing, [os.path.abspath(path)]).items() if gone}
+    unseen = _unseen(path)
     if unseen:
         worker, gone = min(unseen.items())
         raise InputError(f"{len(unseen)} Dask worker(s) cannot see {gone[0]!r} (e.g. {worker}), which this job sees: "
