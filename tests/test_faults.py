@@ -149,21 +149,19 @@ def scheduler(tmp_path):
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("through_files, during, tasks, done_left", [
-    (False, "blocks", "solve", (4, 20)), (True, "blocks", "solve", (4, 20)), (True, "write", "replaced", (2, 8)),
-    (True, "gate", None, None)], ids=["in-memory", "through-files", "through-files-in-the-write",
-                                      "through-files-after-the-blocks"])
+    (False, "blocks", "solve", (4, 20)), (True, "blocks", "solve", (4, 20)), (True, "gate", None, None)],
+    ids=["in-memory", "through-files", "through-files-after-the-blocks"])
 def test_a_worker_killed_in_the_middle_of_a_stage(tmp_path, data, scheduler, through_files, during, tasks,
                                                   done_left):
     """The job completes and its release is byte-identical to an undisturbed run's. Through files (forced): the
     routing and block tasks that Dask runs again write their files again (each renamed over the first once whole),
-    and read the others'. Killed in the write (its file tasks' keys name "replaced"), or as the blocks stage ends
-    (the gate starts): the block tasks whose released pieces died with the worker run again after the blocks
-    stage, and so do the routing tasks they need, whose files went with it (Dask keeps no result that no
-    task still needs: nothing left reads a removed file)."""
+    and read the others'. Killed as the blocks stage ends (the gate starts): the block tasks whose released pieces
+    died with the worker run again after the blocks stage, and so do the routing tasks they need, whose files
+    went with it (Dask keeps no result that no task still needs: nothing left reads a removed file)."""
     from distributed import Client
 
     def block_tasks(dask_scheduler, tasks):  # nested: pickled by value, the scheduler cannot import this module
-        """The stage's tasks (keys naming ``tasks``: "solve", each block task's solve and its pieces): ``(workers
+        """The block tasks (keys naming ``tasks``, "solve": each task's solve and its pieces): ``(workers
         processing one, how many are in memory, how many are still to run, results held per worker)``."""
         processing, done, left = set(), 0, 0
         for ts in dask_scheduler.tasks.values():
@@ -177,7 +175,7 @@ def test_a_worker_killed_in_the_middle_of_a_stage(tmp_path, data, scheduler, thr
 
     source, _ = data
     killed = tmp_path / "killed"
-    release_only = ["--no-evaluate", "--no-html", "--rows-per-file", 10_000]  # the release's bytes are the point
+    release_only = ["--no-evaluate", "--no-html"]  # the release's bytes are the point
     env, program, transit_dirs = _through_files(tmp_path) if through_files else (None, IN_MEMORY, list)
     job = Job("anonymize", source, killed, "--k", 5, *OPTIONS, *release_only, "--scheduler", scheduler,
               program=program, env=env)
