@@ -28,6 +28,9 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 from dask.sizeof import sizeof
 
+FAN_IN = 32
+"""Outputs merged by one task of :meth:`Layer.reduce` (at 100M rows, 4,095 released pieces: 128 + 4 + 1 merges)."""
+
 
 class Layer:
     """Tasks added one at a time into one graph layer.
@@ -88,6 +91,20 @@ class Layer:
                     out[c].append(self.item(merged, c - ca))
         return out
 
+    def reduce(self, tag, refs, merge, fan_in=None):
+        """One reference to ``refs`` reduced in a tree: ``merge(*outputs)`` of up to ``fan_in`` (default
+        :data:`FAN_IN`) consecutive outputs at a time, level by level, in order, until one is left (with
+        one ref, that ref). On a cluster the outputs then meet on the workers, ``fan_in`` at a time, and
+        the client receives the root's only; the tree's shape depends on ``len(refs)`` alone, so its
+        result does not depend on the workers."""
+        fan_in = fan_in or FAN_IN
+        level = 0
+        while len(refs) > 1:
+            refs = [self.task((tag, level, i), merge, *refs[a:a + fan_in])
+                    for i, a in enumerate(range(0, len(refs), fan_in))]
+            level += 1
+        return refs[0]
+
     def bundles(self, tag, refs, kept=True):
         """The references ``refs`` gathered, in order, into about ``sqrt(len(refs))`` bundle tasks of
         consecutive ones: for consumers in one process that each need every one of many producers' outputs.
@@ -103,9 +120,26 @@ class Layer:
         return [self.task((tag, i), func, *refs[a:b]) for i, (a, b) in enumerate(_ranges(len(refs), parts))]
 
     def delayed(self, refs):
-        """``Delayed`` objects over the references ``refs``."""
+        """``Delayed`` objects over the references ``refs``.
+
+        Dependencies whose graph is a plain dict (persisted objects: a key and its future each) join one
+        layer of their own. Each would otherwise be a layer of the graph, and Dask copies a collection's
+        graph, layer by layer, for every collection computed at once: the gate's 4,095 summaries over as
+        many released pieces at 100M rows took 1.2 GB and 28 s of the job's process that way."""
         if self._graph is None:
-            self._graph = HighLevelGraph.from_collections(self.name, self._tasks, dependencies=list(self._deps.values()))
+            plain, collections = {}, []
+            for dep in self._deps.values():
+                dsk = dep.__dask_graph__()
+                if isinstance(dsk, HighLevelGraph):
+                    collections.append(dep)
+                else:
+                    plain.update(dsk)
+            dsk = HighLevelGraph.from_collections(self.name, self._tasks, dependencies=collections)
+            if plain:
+                inputs = f"{self.name}-inputs"
+                dsk = HighLevelGraph({**dsk.layers, inputs: plain},
+                                     {**dsk.dependencies, inputs: set(), self.name: dsk.dependencies[self.name] | {inputs}})
+            self._graph = dsk
         return [Delayed(ref.key, self._graph, layer=self.name) for ref in refs]
 
 
