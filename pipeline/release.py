@@ -1281,7 +1281,7 @@ def gate(released, k, n_rows, tuples=False):
 
     With ``tuples``, the distinct tuples of all pieces are counted (k', the real anonymity) from the
     pieces' 64-bit hashes, else the count is None. On a cluster the pieces' evidence meets on the workers
-    in a tree (:meth:`graph.Layer.reduce`, 133 tasks for the 4,095 pieces of 100M rows) and only the
+    in a tree (:meth:`graph.Layer.reduce`, 133 merges for the 4,095 pieces of 100M rows) and only the
     summaries and the count reach the client: at 100M rows the hashes were three quarters of the 200 MB of
     evidence."""
     if _in_this_process() or not released:  # the pieces are in this process's memory: no task to read them
