@@ -491,10 +491,10 @@ def quantiles_of(pairs, n, quantiles, marks, bins=SELECTION_BINS, fan_in=32, sid
     whole column: each order statistic is selected from the few values of its bin. ``sides``: the
     files to select in (0: masked, 1: original); the other's quantiles are None."""
     edges = [selection_edges(marks, side, bins) if side in sides else [] for side in (0, 1)]
-    counted = [delayed(_bin_counts, pure=True)(p, edges) for p in pairs]
-    while len(counted) > 1:  # a tree of sums: the client receives one count per bin
-        counted = [delayed(_sum_counts, pure=True)(*counted[i:i + fan_in]) for i in range(0, len(counted), fan_in)]
-    (totals,) = dask.compute(counted[0])
+    layer = graph.Layer("microagg-quantile-bins")  # a tree of sums: the client receives one count per bin
+    counted = layer.reduce("sum", [layer.task(("count", i), _bin_counts, p, edges) for i, p in enumerate(pairs)],
+                           _sum_counts, fan_in)
+    (totals,) = dask.compute(layer.delayed([counted])[0])
     below, above, weight = quantile_ranks(n, quantiles)
     ranks = np.concatenate([below, above])
     cum = [[np.cumsum(c) for c in totals[side]] for side in (0, 1)]
