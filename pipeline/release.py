@@ -1274,7 +1274,7 @@ def _counted(gathered):
     return summaries, None if distinct is None else len(distinct)
 
 
-def gate(released, k, n_rows, tuples=False):
+def gate(released, k, n_rows, tuples=False, filed=False):
     """``(summaries of the released pieces, the rows per block, distinct released tuples)``; raises
     :class:`ReleaseGateError` unless the release is k-anonymous. Every group lies wholly inside one
     piece, so a tuple seen >= k times in every piece where it occurs is seen >= k times in the release.
@@ -1283,14 +1283,16 @@ def gate(released, k, n_rows, tuples=False):
     pieces' 64-bit hashes, else the count is None. On a cluster the pieces' evidence meets on the workers
     in a tree (:meth:`graph.Layer.reduce`, 133 merges for the 4,095 pieces of 100M rows) and only the
     summaries and the count reach the client: at 100M rows the hashes were three quarters of the 200 MB of
-    evidence."""
+    evidence. ``filed``: the pieces are :class:`FiledRelease` descriptions, which the tree's first merges take
+    whole; pieces held in memory are first reduced to their evidence where they are (one task each), so
+    that no merge fetches a piece's rows."""
     if _in_this_process() or not released:  # the pieces are in this process's memory: no task to read them
         summaries, distinct = _counted(_gathered(tuples, *dask.compute(*released)))
     else:
         layer = graph.Layer("microagg-gate")
         merge = partial(_gathered, tuples)
-        if len(released) == 1:  # (reduce leaves one output as it is)
-            released = [layer.task("one", merge, released[0])]
+        if len(released) == 1 or not filed:  # (reduce leaves one output as it is)
+            released = [layer.task(("piece", i), merge, r) for i, r in enumerate(released)]
         root = layer.task("counted", _counted, layer.reduce("gather", released, merge))
         summaries, distinct = dask.compute(layer.delayed([root])[0])[0]
     # a block's rows can sit in several pieces (its groups near an upper plane moved)
@@ -1766,7 +1768,8 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
             transit.remove_files(transit_dir, keep=RELEASED_FILE)
     with timings.stage("gate"):
         k_prime = len(blocks) == 1 and not options.release_where  # else real_anonymity counts the files' tuples
-        per_block = [gate(pieces, options.k, n_rows, k_prime) for pieces in solved]  # k-anonymous block by block
+        per_block = [gate(pieces, options.k, n_rows, k_prime, release_files)  # k-anonymous block by block
+                     for pieces in solved]
         data = [_merged_data(block_summaries) for block_summaries, *_ in per_block]
     summaries = [s for block_summaries, *_ in per_block for s in block_summaries]
     block_sizes = np.concatenate([sizes for _, sizes, _ in per_block])
