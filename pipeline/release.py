@@ -1291,7 +1291,7 @@ def gate(released, k, n_rows, tuples=False, filed=False):
     else:
         layer = graph.Layer("microagg-gate")
         merge = partial(_gathered, tuples)
-        if len(released) == 1 or not filed:  # (reduce leaves one output as it is)
+        if len(released) == 1 or not filed:  # a task per piece where it lies (a lone piece: reduce would keep it)
             released = [layer.task(("piece", i), merge, r) for i, r in enumerate(released)]
         root = layer.task("counted", _counted, layer.reduce("gather", released, merge))
         summaries, distinct = dask.compute(layer.delayed([root])[0])[0]
