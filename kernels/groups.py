@@ -115,10 +115,10 @@ def attach_leftovers(Z, labels, n_groups):
 @jit
 def scatter_rows(values, seen, start, block, first, row_id, group, table):
     """Released values of a piece's rows put back at their positions: for every row i of the piece
-    (``row_id`` ascending) whose row id lies in ``start..start + n - 1``, ``values[first + j, row_id[i] -
-    start] = table[group[i], j]`` and ``seen[row_id[i] - start, block] += 1`` (the count that lets the
-    caller check every row was released exactly once). The rows are found by binary search: the work is
-    that of the rows in range, however large the piece."""
+    (``row_id`` ascending, or every one of them in range) whose row id lies in ``start..start + n - 1``,
+    ``values[first + j, row_id[i] - start] = table[group[i], j]`` and ``seen[row_id[i] - start, block] += 1``
+    (the count that lets the caller check every row was released exactly once). The rows are found by
+    binary search: the work is that of the rows in range, however large the piece."""
     n = values.shape[1]
     width = table.shape[1]
     a = np.searchsorted(row_id, start)

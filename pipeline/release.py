@@ -482,7 +482,9 @@ def _filed(released, job):
 def _file_rows(piece, start):
     """``(row ids, groups, group table)`` of a released piece (:class:`Released` or :class:`FiledRelease`) for the
     output file whose first row id is ``start``: a Released whole (the file's rows are found in it by binary
-    search), a FiledRelease's rows of that file read from its file, each row a group of its own."""
+    search), a FiledRelease's rows of that file read from its file, each row a group of its own (ascending
+    within each piece; a merged file's (:func:`_merged`) are not, but all lie in the file's range, which is
+    all :func:`microagg.kernels.groups.scatter_rows` needs of them)."""
     if not isinstance(piece, FiledRelease):
         return piece.row_id, piece.group, piece.table
     arrays = transit.read_keys([(piece.written, int(np.searchsorted(piece.starts, start, side="right")) - 1)])
@@ -1459,6 +1461,9 @@ def _per_file(released, n_rows, rows_per_file, func, *args, inputs=None, filed=F
         # cores, busy (BENCHMARKS.md), and which between worker processes held the pieces two or three times
         # (at 30M rows 2.9 GiB a worker); through bundles of pieces, not every piece, since files x pieces
         # dependencies grow with the square
+        if filed:
+            released = [(positions, _merged(layer, b, block_pieces, len(positions), n_rows, len(starts)))
+                        for b, (positions, block_pieces) in enumerate(released)]
         pieces = layer.bundles("pieces", [p for _, block_pieces in released for p in block_pieces])
         places = tuple(tuple(int(c) for c in positions) for positions, block_pieces in released for _ in block_pieces)
         files = [layer.task(("file", i), _from_pieces, func, lead, int(a), int(b), args, places, *pieces)
@@ -1474,6 +1479,36 @@ def _per_file(released, n_rows, rows_per_file, func, *args, inputs=None, filed=F
     files = [layer.task(("file", i), _led, func, lead, int(a), int(b), *args, tuple(slots[i]), *inbound[i])
              for i, (lead, a, b) in enumerate(zip(_leads(inputs, len(starts)), starts, stops))]
     return out_div, layer.delayed(files)
+
+
+CHUNK_ROWS = 256
+"""Below this many rows of an output file, on average, in each released piece's file, the pieces' files are
+merged first (:func:`_merged`): at 100M rows each of the 400 files' tasks read about 60 rows from each of the
+4,095 pieces' files, 1.6M small reads, with their calls, that took about 120 of the write's 270 thread-seconds."""
+
+MERGE_BYTES = 64 << 20
+"""About the bytes of released rows that one merge of pieces' files (:func:`_merged`) holds."""
+
+
+def _merged(layer, block, pieces, width, n_rows, n_files):
+    """The filed released pieces of one attribute block (``width`` columns) for the write's ``n_files`` file
+    tasks: as they are, or, when each file would read fewer than :data:`CHUNK_ROWS` rows from each piece on
+    average, merged, consecutive pieces into one file of about :data:`MERGE_BYTES`
+    (:func:`pipeline.transit.merge`): every file task then reads one range of each merged file, the same rows
+    in the same order. The batches depend on the rows and pieces alone, not on the workers."""
+    if len(pieces) < 2 or n_rows >= CHUNK_ROWS * len(pieces) * n_files:
+        return pieces
+    piece_bytes = 8 * (1 + width) * n_rows / len(pieces)
+    batch = max(2, int(MERGE_BYTES // piece_bytes))
+    return [layer.task(("merged", block, i), _merge_pieces, *pieces[a:a + batch])
+            for i, a in enumerate(range(0, len(pieces), batch))]
+
+
+def _merge_pieces(*pieces):
+    """:class:`FiledRelease` pieces' files merged into one (:func:`pipeline.transit.merge`), beside the first."""
+    first = pieces[0]
+    written = transit.merge(f"{first.written.path}-merged-{uuid.uuid4().hex}", [p.written for p in pieces])
+    return FiledRelease(written, first.starts, first.width, None)
 
 
 def _leads(inputs, n_files):

@@ -54,15 +54,45 @@ def write_rows(path, key, n_keys, arrays):
     ``key`` (``0..n_keys-1``; a stable counting sort: each key's rows keep their order). Returns :class:`Written`."""
     bounds, order = groups.group_members(np.ascontiguousarray(key, dtype=np.int64), n_keys)
     arrays = [a for a in arrays if a is not None]
+    offsets = _write(path, (np.take(a, order, axis=0) for a in arrays))
+    return Written(path, bounds, offsets, tuple(a.dtype.str for a in arrays),
+                   tuple(a.shape[1] if a.ndim == 2 else 0 for a in arrays))
+
+
+def merge(path, written):
+    """One file at ``path`` holding the rows of every file in ``written`` (:class:`Written`, all of one layout
+    and one set of keys): key ``i``'s rows are each file's rows of key ``i``, file after file, which is what
+    :func:`read_keys` reads from those files, but in one read. Each file is read whole once; the merge holds
+    all their rows in memory. Returns its :class:`Written`."""
+    first = written[0]
+    counts = np.stack([np.diff(w.bounds) for w in written])  # (files, keys)
+    bounds = np.concatenate([[0], np.cumsum(counts.sum(axis=0))])
+    at = bounds[:-1] + np.cumsum(counts, axis=0) - counts  # where each file's rows of each key go
+    out = [np.empty((int(bounds[-1]), width) if width else int(bounds[-1]), dtype=np.dtype(dtype))
+           for dtype, width in zip(first.dtypes, first.widths)]
+    for w, count, start in zip(written, counts, at):
+        n = int(w.bounds[-1])
+        if not n:
+            continue
+        place = np.repeat(start - w.bounds[:-1], count) + np.arange(n)
+        with open(w.path, "rb", buffering=0) as f:
+            for array, offset in zip(out, w.offsets):
+                rows = np.empty((n, *array.shape[1:]), dtype=array.dtype)
+                _read_into(f, offset, rows)
+                array[place] = rows
+    return Written(path, bounds, _write(path, out), first.dtypes, first.widths)
+
+
+def _write(path, arrays):
+    """Write ``arrays`` to ``path`` one after the other (:func:`_replacing`); returns where each starts."""
     offsets, position = [], 0
     with _replacing(path) as f:
         for a in arrays:
+            a = np.ascontiguousarray(a)
             offsets.append(position)
-            block = np.ascontiguousarray(np.take(a, order, axis=0))
-            f.write(_bytes(block))
-            position += block.nbytes
-    return Written(path, bounds, tuple(offsets), tuple(a.dtype.str for a in arrays),
-                   tuple(a.shape[1] if a.ndim == 2 else 0 for a in arrays))
+            f.write(_bytes(a))
+            position += a.nbytes
+    return tuple(offsets)
 
 
 @contextmanager
@@ -136,14 +166,8 @@ class Stored(NamedTuple):
 
 def store(path, arrays):
     """Write ``arrays`` to ``path``, one after the other; :func:`load` reads them back."""
-    offsets, position = [], 0
     arrays = [np.ascontiguousarray(a) for a in arrays]
-    with _replacing(path) as f:
-        for a in arrays:
-            offsets.append(position)
-            f.write(_bytes(a))
-            position += a.nbytes
-    return Stored(path, tuple(offsets), tuple(a.dtype.str for a in arrays), tuple(a.shape for a in arrays))
+    return Stored(path, _write(path, arrays), tuple(a.dtype.str for a in arrays), tuple(a.shape for a in arrays))
 
 
 def load(stored):

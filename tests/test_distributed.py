@@ -1659,6 +1659,23 @@ def test_in_memory_blocked_solve_equals_the_distributed_release(data, order):
     assert len(np.unique(in_memory[QI].to_numpy(), axis=0)) == labels.max() + 1
 
 
+def test_the_write_merges_released_pieces_files_in_order_only_when_each_file_would_read_few_rows_of_each(
+        monkeypatch):
+    """Output files x filed released pieces reads of fewer than CHUNK_ROWS rows each, on average: consecutive
+    pieces' files are merged first, about MERGE_BYTES of rows each (here 1.15 MB a piece: 58 a merge)."""
+    from microagg.pipeline import graph, release
+
+    monkeypatch.setattr(release, "_merge_pieces", lambda *pieces: pieces)
+    pieces, files = [f"piece-{i}" for i in range(100)], 40
+    rows = release.CHUNK_ROWS * len(pieces) * files
+    layer = graph.Layer("microagg-test")
+    assert release._merged(layer, 0, pieces, 13, rows, files) is pieces
+    assert release._merged(layer, 0, pieces[:1], 13, rows - 1, files) == pieces[:1]
+    merged = release._merged(layer, 0, pieces, 13, rows - 1, files)
+    batches = dask.compute(*layer.delayed(merged), scheduler="synchronous")
+    assert [len(b) for b in batches] == [58, 42] and [p for b in batches for p in b] == pieces
+
+
 def test_a_tree_reduction_merges_every_output_in_order_and_gives_the_client_the_root_alone():
     """Layer.reduce merges outputs fan_in at a time, level by level (1,000 outputs by 8: 125 + 16 + 2 + 1
     merges), keeping their order; one output is its own root."""
@@ -1909,12 +1926,14 @@ def test_rows_in_transit_through_files_give_the_same_release_and_leave_no_file(t
     df.assign(weight=np.random.default_rng(4).uniform(0.5, 4.0, len(df))).to_parquet(weighted, index=False)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    written, read = [], []
-    write, read_keys = transit.write_rows, transit.read_keys
+    written, read, merged = [], [], []
+    write, read_keys, merge = transit.write_rows, transit.read_keys, transit.merge
     monkeypatch.setattr(transit, "write_rows", lambda path, *a: written.append(path) or write(path, *a))
     monkeypatch.setattr(transit, "read_keys", lambda pairs: read.append(pairs) or read_keys(pairs))
+    monkeypatch.setattr(transit, "merge", lambda path, files: merged.append(len(files)) or merge(path, files))
     runs = {}
-    base = dict(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500, blocks_per_task=4)
+    base = dict(k=4, quasi_identifiers=tuple(QI), identifiers=("person_id",), block_size=1500, blocks_per_task=4,
+                rows_per_file=3000)
     with dask.config.set({"temporary-directory": str(scratch)}), \
             LocalCluster(n_workers=workers, threads_per_worker=threads, processes=processes,
                          dashboard_address=":0") as cluster, Client(cluster):
@@ -1922,22 +1941,26 @@ def test_rows_in_transit_through_files_give_the_same_release_and_leave_no_file(t
                                       ("weighted", weighted, dict(base, weights="weight", strata=("region",))),
                                       ("blocks", root / "four", dict(base, attribute_blocks=(tuple(QI[:2]),
                                                                                              tuple(QI[2:]))))]:
-            for threshold in (0, 10**18):
-                monkeypatch.setattr(release, "TRANSIT_MEMORY_SHARE", threshold)
+            for threshold in (0, "merged", 10**18):
+                monkeypatch.setattr(release, "TRANSIT_MEMORY_SHARE", 0 if threshold == "merged" else threshold)
                 out = tmp_path / f"{name}-{threshold}"
                 with monkeypatch.context() as patched:
-                    if processes and threshold:  # (between processes, memory only if a worker cannot see the files)
+                    if processes and threshold == 10**18:  # (between processes, memory only if a worker cannot see the files)
                         patched.setattr(release, "_unseen_by_workers", lambda path: workers)
+                    if threshold == "merged":  # the released pieces' files merged two by two before the write
+                        patched.setattr(release, "CHUNK_ROWS", 10**9)
+                        patched.setattr(release, "MERGE_BYTES", 1)
                     report = release.run(str(source), str(out), release.ReleaseOptions(**options))
                 runs[name, threshold] = ((report["rows_in_transit"], report["released_pieces"]), _files(out),
                                          report.get("attribute_blocks"))
                 assert [p for p in os.listdir(scratch) if p.startswith(transit.PREFIX)] == []  # beside Dask's own
     assert runs["blocks", 0][2]["real_anonymity"]["all"] > 1  # k' read from the released pieces' files
     for name in ("plain", "weighted", "blocks"):
-        assert runs[name, 0][1:] == runs[name, 10**18][1:]
+        assert runs[name, 0][1:] == runs[name, "merged"][1:] == runs[name, 10**18][1:]
         assert runs[name, 10**18][0] == ("memory", "memory")
-        assert runs[name, 0][0] == ("files",) * 2
+        assert runs[name, 0][0] == runs[name, "merged"][0] == ("files",) * 2
     if not processes:  # the spies see only this process's calls
+        assert merged and set(merged) <= {1, 2} and 2 in merged  # (a block's last batch may hold one piece)
         upper = [path for path in written if "-upper-" in path]
         released = [path for path in written if "-released-" in path]
         routed = [path for path in written if path not in upper + released]

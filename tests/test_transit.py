@@ -37,6 +37,25 @@ def test_each_key_s_rows_come_back_from_every_file_in_file_order_and_in_their_ow
     assert os.path.getsize(tmp_path / "part-0") == 1000 * (8 + 8 + 32)
 
 
+def test_files_merged_into_one_give_each_key_s_rows_of_every_file_in_file_order_in_one_read(tmp_path):
+    rng = np.random.default_rng(8)
+    n_keys, written = 5, []
+    for i, n in enumerate([300, 0, 41, 1200, 7]):
+        key = rng.integers(0, n_keys, n)
+        key[key == 2] = 1  # key 2 empty in every file
+        written.append(transit.write_rows(str(tmp_path / f"part-{i}"), key, n_keys, _rows(rng, n, 3)))
+    merged = transit.merge(str(tmp_path / "merged"), written)
+    assert merged.bounds[-1] == 300 + 41 + 1200 + 7 and os.path.getsize(tmp_path / "merged") == 1548 * (8 + 8 + 24)
+    for k in range(n_keys):
+        got, expected = transit.read_key([merged], k), transit.read_key(written, k)
+        if k == 2:
+            assert got is expected is None
+            continue
+        for g, e in zip(got, expected):
+            assert g.dtype == e.dtype
+            np.testing.assert_array_equal(g, e)
+
+
 def test_a_file_cut_short_is_an_error_not_missing_rows(tmp_path):
     rng = np.random.default_rng(1)
     arrays = _rows(rng, 100, 2)
