@@ -1666,6 +1666,7 @@ def test_the_write_merges_released_pieces_files_in_order_only_when_each_file_wou
     from microagg.pipeline import graph, release
 
     monkeypatch.setattr(release, "_merge_pieces", lambda *pieces: pieces)
+    monkeypatch.setattr(release, "CHUNK_ROWS", 256)
     pieces, files = [f"piece-{i}" for i in range(100)], 40
     rows = release.CHUNK_ROWS * len(pieces) * files
     layer = graph.Layer("microagg-test")
