@@ -701,7 +701,7 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
     """
     start = time.perf_counter()
     fraction, sample = sample or draw_sample(frame, qi, n_rows, options)
-    _, Zs = _standardized(sample, qi, mean, std)
+    Zs = _standardized(sample, qi, mean, std)[1]  # the sample's values are not kept beside their z-scores
     task_rows = options.blocks_per_task * options.block_size
     codes = strata.codes(sample) if strata else None
     tree = blocking.build_forest(Zs, codes, strata.n_trees if strata else 1, fraction, options.block_size,
@@ -920,7 +920,7 @@ def solve_sequence(frame, qi, n_rows, mean, std, options, strata=None, first_col
     sort each, chain the shortest path through them, release each bucket's groups. Returns
     ``(released, shape)`` like :func:`solve_blocks`."""
     fraction, sample = sample or draw_sample(frame, qi, n_rows, options)
-    _, Zs = _standardized(sample, qi, mean, std)
+    Zs = _standardized(sample, qi, mean, std)[1]
     direction = sequence.direction(options.method, Zs)
     s_stratum = (strata.codes(sample) if strata else np.zeros(len(sample), dtype=np.int64)).astype(np.int64)
     s_score = sequence.scores(options.method, Zs, direction)
@@ -1790,6 +1790,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
                                              if by_tree else {}))
             solved.append(pieces)
             forests.append(forest)
+        del sample  # (about 2M rows at most) not held through the stage, the gate and the write
         with _graph_holding(forests):
             flat = dask.persist(*[p for pieces in solved for p in pieces])
         cuts = np.cumsum([0] + [len(p) for p in solved])
