@@ -1461,9 +1461,6 @@ def _per_file(released, n_rows, rows_per_file, func, *args, inputs=None, filed=F
         # cores, busy (BENCHMARKS.md), and which between worker processes held the pieces two or three times
         # (at 30M rows 2.9 GiB a worker); through bundles of pieces, not every piece, since files x pieces
         # dependencies grow with the square
-        if filed:
-            released = [(positions, _merged(layer, b, block_pieces, len(positions), n_rows, len(starts)))
-                        for b, (positions, block_pieces) in enumerate(released)]
         pieces = layer.bundles("pieces", [p for _, block_pieces in released for p in block_pieces])
         places = tuple(tuple(int(c) for c in positions) for positions, block_pieces in released for _ in block_pieces)
         files = [layer.task(("file", i), _from_pieces, func, lead, int(a), int(b), args, places, *pieces)
@@ -1503,6 +1500,19 @@ def _merged(layer, block, pieces, width, n_rows, n_files):
     batch = max(2, int(MERGE_BYTES // piece_bytes))
     return [layer.task(("merged", block, i), _merge_pieces, *pieces[a:a + batch])
             for i, a in enumerate(range(0, len(pieces), batch))]
+
+
+def _for_files(solved, blocks, n_rows, rows_per_file):
+    """The filed released pieces of each attribute block (``solved``, persisted; ``blocks``: their columns) as the
+    output files' tasks read them: merged where :func:`_merged` says so, persisted once for every pass over the
+    files (the write, the real anonymity of attribute blocks)."""
+    layer = graph.Layer("microagg-merged")
+    n_files = len(file_divisions(n_rows, rows_per_file)) - 1
+    merged = [_merged(layer, b, pieces, len(block), n_rows, n_files) for b, (block, pieces) in enumerate(zip(blocks, solved))]
+    if all(m is pieces for m, pieces in zip(merged, solved)):
+        return solved
+    flat = iter(dask.persist(*layer.delayed([r for m, pieces in zip(merged, solved) if m is not pieces for r in m])))
+    return [pieces if m is pieces else [next(flat) for _ in m] for m, pieces in zip(merged, solved)]
 
 
 def _merge_pieces(*pieces):
@@ -1795,9 +1805,11 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
             flat = dask.persist(*[p for pieces in solved for p in pieces])
         cuts = np.cumsum([0] + [len(p) for p in solved])
         solved = [list(flat[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+        # what the output files' tasks read (the write's, and the real anonymity's with attribute blocks)
+        readable = _for_files(solved, blocks, n_rows, options.rows_per_file) if release_files else solved
         # the release's graph is built while the workers solve (it is computed only after the gate)
         key = identifier_key if options.hash_identifiers else None
-        by_block = [(range(starts[b], starts[b + 1]), pieces) for b, pieces in enumerate(solved)]
+        by_block = [(range(starts[b], starts[b + 1]), pieces) for b, pieces in enumerate(readable)]
         released = restore_order(frame, by_block, lengths, qi, ids, n_rows, options.rows_per_file, key,
                                  options.release_where, release_files)
         _wait(flat)
@@ -1865,7 +1877,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
     if len(blocks) > 1:
         with timings.stage("real anonymity"):
             report["attribute_blocks"], masked = _attribute_block_report(blocks, per_block, std, starts, n_rows,
-                                                                         solved, options.rows_per_file, release_files)
+                                                                         readable, options.rows_per_file, release_files)
     report["summary"] = _data_summary(qi, edges, data, n_rows, complete, covariance, masked)
     return released, report
 
