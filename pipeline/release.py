@@ -1489,8 +1489,8 @@ MERGE_BYTES = 64 << 20
 
 
 def _merged(layer, block, pieces, width, n_rows, n_files):
-    """The filed released pieces of one attribute block (``width`` columns) for the write's ``n_files`` file
-    tasks: as they are, or, when each file would read fewer than :data:`CHUNK_ROWS` rows from each piece on
+    """The filed released pieces of one attribute block (``width`` columns) for ``n_files`` output files' tasks
+    (the write's, the real anonymity's): as they are, or, when each file would read fewer than :data:`CHUNK_ROWS` rows from each piece on
     average, merged, consecutive pieces into one file of about :data:`MERGE_BYTES`
     (:func:`pipeline.transit.merge`): every file task then reads one range of each merged file, the same rows
     in the same order. The batches depend on the rows and pieces alone, not on the workers."""
