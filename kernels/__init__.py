@@ -1,7 +1,7 @@
 """Numba kernels on NumPy arrays: no DataFrames, paths or clients here (see STYLE.md)."""
 
-from .blocking import (grow_tree, project, route, route_raw, row_hashes, rows_equal_first, sample_mask,
-                       sequence_bucket, split_cell, splitmix64)
+from .blocking import (grow_tree, pair_buckets, project, route, route_raw, row_hashes, rows_equal_first,
+                       sample_mask, split_cell, splitmix64)
 from .hm import optimal_contiguous, univariate_optimal
 from .mdav import mdav
 from .refine import refine
@@ -25,13 +25,13 @@ __all__ = [
     "information_loss",
     "mdav",
     "optimal_contiguous",
+    "pair_buckets",
     "project",
     "refine",
     "route",
     "route_raw",
     "row_hashes",
     "rows_equal_first",
-    "sequence_bucket",
     "sample_mask",
     "split_cell",
     "splitmix64",

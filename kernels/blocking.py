@@ -150,24 +150,39 @@ def project(Z, direction):
     return out
 
 
+@inline_jit
+def _at_or_below(s_first, s_second, j, a, b):
+    """Whether splitter ``j`` is at or below the pair ``(a, b)``: a smaller first, or the same and a second
+    not larger (bitwise: both sides evaluated, no branch)."""
+    return (s_first[j] < a) | ((s_first[j] == a) & (s_second[j] <= b))
+
+
 @jit
-def sequence_bucket(stratum, score, s_stratum, s_score):
-    """Bucket of every row of a sequence ordered by ``(stratum, score)``: the number of splitters
-    ``(s_stratum, s_score)`` (sorted) at or below the row's pair, so equal pairs share a bucket."""
-    n = stratum.shape[0]
-    out = np.empty(n, dtype=np.int64)
+def pair_buckets(first, second, s_first, s_second):
+    """The bucket of every pair ``(first[i], second[i])``: how many splitters ``(s_first, s_second)``
+    (sorted by first, then second) are at or below it, so equal pairs share a bucket. It serves the
+    sequence methods' ``(stratum, score)`` and the interval disclosure's ``(masked value, row id)``.
+
+    A branchless binary search: every search takes ``ceil(log2 m)`` halvings whatever the data, and each
+    halving a conditional move instead of a jump the processor mispredicts half the time. On 250,000
+    values and 39 splitters, 13-19 ns a value against 27 ns with a branch and 47-72 ns for NumPy's
+    ``searchsorted`` and its tie pass (BENCHMARKS.md, sixtieth session). Every comparison with a NaN is false
+    (a pair whose first is NaN is in bucket 0); the interval disclosure refuses NaN before it gets here."""
+    n = first.shape[0]
+    m = s_first.shape[0]
+    out = np.zeros(n, dtype=np.int64)
+    if m == 0:
+        return out
     for i in range(n):
-        st = stratum[i]
-        sc = score[i]
-        lo = 0
-        hi = s_stratum.shape[0]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if s_stratum[mid] < st or (s_stratum[mid] == st and s_score[mid] <= sc):
-                lo = mid + 1
-            else:
-                hi = mid
-        out[i] = lo
+        a = first[i]
+        b = second[i]
+        base = 0
+        size = m
+        while size > 1:  # the first splitter above the pair is in base .. base + size
+            half = size >> 1
+            base = base + half if _at_or_below(s_first, s_second, base + half, a, b) else base
+            size -= half
+        out[i] = base + _at_or_below(s_first, s_second, base, a, b)
     return out
 
 

@@ -60,6 +60,7 @@ import numpy as np
 import pandas as pd
 from dask import delayed
 
+from .. import kernels
 from ..kernels import groups
 from . import graph, metrics, transit
 from .release import persisted
@@ -141,19 +142,13 @@ def splitters(marks, n_buckets):
 
 
 def bucket_of(values, rows, split):
-    """The bucket of every ``(value, row id)``: how many splitters are not larger (value first)."""
+    """The bucket of every ``(value, row id)``: how many splitters are not larger (value first), by
+    :func:`microagg.kernels.pair_buckets` (finite values: the evaluation refuses others)."""
     split_values, split_rows = split
-    out = np.searchsorted(split_values, values, side="left")
-    if not len(split_values):
-        return out
-    tied = np.flatnonzero(split_values[np.minimum(out, len(split_values) - 1)] == values)
-    if len(tied):  # equal to some splitters' value: their row ids decide
-        runs = out[tied]
-        for first in np.unique(runs):
-            at = tied[runs == first]
-            last = np.searchsorted(split_values, split_values[first], side="right")
-            out[at] = first + np.searchsorted(split_rows[first:last], rows[at], side="right")
-    return out
+    return kernels.pair_buckets(np.ascontiguousarray(values, dtype=np.float64),
+                                np.ascontiguousarray(rows, dtype=np.int64),
+                                np.ascontiguousarray(split_values, dtype=np.float64),
+                                np.ascontiguousarray(split_rows, dtype=np.int64))
 
 
 def _route(pair, split, batch, n_buckets):

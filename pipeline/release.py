@@ -900,7 +900,7 @@ def _route_sequence(part, job, splitters, n_buckets):
     X, Z = _standardized(part, list(job.qi), job.mean, job.std)
     stratum = (job.strata.codes(part) if job.strata else np.zeros(len(part), dtype=np.int64)).astype(np.int64)
     score = sequence.scores(job.options.method, Z, job.direction)
-    bucket = kernels.sequence_bucket(stratum, score, *splitters)
+    bucket = kernels.pair_buckets(stratum, score, *splitters)
     weights = job.options.weights
     weight = None if weights is None else part[weights].to_numpy(dtype=np.float64)
     return _split(sequence.Bucket(part[ROW_ID].to_numpy(dtype=np.int64), stratum, X, Z, weight), bucket, n_buckets)

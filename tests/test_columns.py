@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from microagg import kernels
 from microagg.pipeline import columns, graph, metrics
 from microagg.pipeline import evaluate as ev
 
@@ -94,6 +95,35 @@ def test_a_value_holding_most_of_a_column_is_spread_over_buckets():
         assert ranks.below_first[b] == (values < first).sum()
         assert ranks.through_last[b] == (values <= values[which == b].max()).sum()
     assert ranks.through_last[0] == zeros
+
+
+def _splitters_at_or_below(first, second, s_first, s_second):
+    """The definition of a pair's bucket, by brute force: every splitter compared with every pair."""
+    below = (s_first[None, :] < first[:, None]) | ((s_first[None, :] == first[:, None])
+                                                   & (s_second[None, :] <= second[:, None]))
+    return below.sum(axis=1)
+
+
+@pytest.mark.parametrize("m", [0, 1, 2, 3, 7, 64, 65, 300])
+def test_a_pair_s_bucket_counts_the_splitters_at_or_below_it_ties_by_the_second(m):
+    rng = np.random.default_rng(m)
+    n = 4000
+    # few distinct values (ties within the pairs, within the splitters and between both), -0.0 beside 0.0
+    values = rng.integers(-3, 4, n).astype(np.float64) * rng.choice([1.0, 0.5], n)
+    values[rng.random(n) < 0.1] = -0.0
+    rows = rng.integers(0, 50, n).astype(np.int64)
+    pick = rng.integers(0, n, m)
+    s_values, s_rows = values[pick], rows[pick]
+    order = np.lexsort((s_rows, s_values))
+    s_values, s_rows = s_values[order], s_rows[order]
+    want = _splitters_at_or_below(values, rows, s_values, s_rows)
+    np.testing.assert_array_equal(columns.bucket_of(values, rows, (s_values, s_rows)), want)
+    # the sequence methods' (stratum, score): an integer first, a float second
+    strata, scores = rng.integers(0, 3, n).astype(np.int64), np.round(rng.normal(size=n), 1)
+    order = np.lexsort((scores[pick], strata[pick]))
+    s_strata, s_scores = np.ascontiguousarray(strata[pick][order]), np.ascontiguousarray(scores[pick][order])
+    np.testing.assert_array_equal(kernels.pair_buckets(strata, scores, s_strata, s_scores),
+                                  _splitters_at_or_below(strata, scores, s_strata, s_scores))
 
 
 def test_quantile_ranks_and_lerp_are_numpys():
