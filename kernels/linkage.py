@@ -305,6 +305,28 @@ def query_tree(points, point_ids, point_weights, start, end, left, right, lo, hi
 
 
 @jit
+def route_cells(Z, dim, threshold, left, right):
+    """The cell of every row of ``Z`` in a tree of axis-aligned splits: from node 0, a row goes to
+    ``left[node]`` if ``Z[row, dim[node]] <= threshold[node]`` (a NaN goes right), else to ``right[node]``; a
+    child ``c < 0`` is cell ``-1 - c``. No node: every row is in cell 0. Row by row, one pass (the NumPy
+    version walked the rows level by level, gathering the rows still inside at each level: 3 of the 10M-row
+    evaluation's thread-seconds, BENCHMARKS.md, sixtieth session)."""
+    n = Z.shape[0]
+    out = np.zeros(n, dtype=np.int64)
+    if threshold.shape[0] == 0:
+        return out
+    for i in range(n):
+        node = 0
+        while True:
+            child = left[node] if Z[i, dim[node]] <= threshold[node] else right[node]
+            if child < 0:
+                out[i] = -1 - child
+                break
+            node = child
+    return out
+
+
+@jit
 def paired_distances(A, B):
     """``sum_j (A[i, j] - B[i, j])**2`` per row, computed exactly as :func:`query_tree` computes the
     distance from query ``B[i]`` to the point ``A[i]`` (same operations, same order): a valid

@@ -502,18 +502,8 @@ class LinkPartition(NamedTuple):
 
     def route(self, Z):
         """Block of every row of ``Z`` (a deterministic function of the row's values)."""
-        n = Z.shape[0]
-        out = np.zeros(n, dtype=np.int64)
-        if not len(self.threshold):
-            return out
-        rows = np.arange(n)
-        node = np.zeros(n, dtype=np.int64)
-        while rows.size:
-            child = np.where(Z[rows, self.dim[node]] <= self.threshold[node], self.left[node], self.right[node])
-            leaf = child < 0
-            out[rows[leaf]] = -1 - child[leaf]
-            rows, node = rows[~leaf], child[~leaf]
-        return out
+        return linkage.route_cells(np.ascontiguousarray(Z, dtype=np.float64), self.dim, self.threshold, self.left,
+                                   self.right)
 
 
 def link_partition(Zs, fraction, block_rows):

@@ -196,6 +196,31 @@ def test_linkage_blocks_partition_every_record_once():
     np.testing.assert_array_equal(rows, np.arange(400))
 
 
+def test_a_row_s_linkage_block_is_the_cell_its_values_reach_down_the_splits():
+    rng = np.random.default_rng(8)
+    Zs = np.round(rng.normal(size=(3000, 4)), 1)  # ties at the thresholds
+    partition = ev.link_partition(Zs, 0.1, 2000)
+    assert partition.n_blocks > 8
+    Z = np.round(rng.normal(size=(5000, 4)), 1)
+    Z[::97, 1] = np.nan  # a NaN goes right
+    Z[5] = [partition.threshold[0] if j == partition.dim[0] else 0.0 for j in range(4)]  # on the root's plane: left
+
+    def walk(z):
+        node = 0
+        while True:
+            child = partition.left[node] if z[partition.dim[node]] <= partition.threshold[node] else partition.right[node]
+            if child < 0:
+                return -1 - child
+            node = child
+
+    blocks = partition.route(Z)
+    np.testing.assert_array_equal(blocks, [walk(z) for z in Z])
+    assert set(blocks) == set(range(partition.n_blocks))
+    assert (partition.route(Z[:0]) == 0).all() and len(partition.route(Z[:0])) == 0
+    flat = ev.LinkPartition(np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64), 1)
+    np.testing.assert_array_equal(flat.route(Z), np.zeros(len(Z), dtype=np.int64))
+
+
 # --- census --------------------------------------------------------------------------------------------
 
 
