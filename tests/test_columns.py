@@ -154,3 +154,14 @@ def test_distinct_sorted_is_numpys_unique(values):
     for mine, numpy in zip(got, np.unique(values, return_inverse=True, return_counts=True)):
         np.testing.assert_array_equal(mine, numpy.reshape(-1))
         assert mine.dtype == np.int64 or mine.dtype == np.float64
+
+
+@pytest.mark.parametrize("repeats", [1, 5])
+def test_distinct_sorted_of_a_bucket_s_size_is_numpys_unique(repeats):
+    """At a bucket's size, where NumPy's default sort of the distinct values takes its vectorized path."""
+    rng = np.random.default_rng(repeats)
+    values = np.repeat(np.round(rng.lognormal(size=250_000 // repeats), 3) * rng.choice([-1.0, 1.0], 250_000 // repeats),
+                       repeats) + 0.0
+    rng.shuffle(values)
+    for mine, numpy in zip(columns.distinct_sorted(values), np.unique(values, return_inverse=True, return_counts=True)):
+        np.testing.assert_array_equal(mine, numpy.reshape(-1))
