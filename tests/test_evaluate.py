@@ -300,6 +300,32 @@ def test_nested_values_are_compared_value_by_value():
     assert ev.differing_rows(a, a.copy()) == 0
 
 
+@pytest.mark.parametrize("kind", ["str", "object", "int64"])
+def test_categorical_columns_differ_where_their_values_do_whatever_their_categories(kind):
+    """The codes' comparison counts what the values' does: categories in another order, a category only one
+    file has, missing values on either side or both."""
+    rng = np.random.default_rng(len(kind))
+    pool = {"str": ["east", "west", "north", "south", "x"], "object": ["east", 1, "west", 2, "x"],
+            "int64": [10, 20, 30, 40, 50]}[kind]
+    values = np.array(pool, dtype=object)
+    n = 3000
+    x = pd.Series(values[rng.integers(0, 4, n)])  # never the last one
+    y = pd.Series(np.where(rng.random(n) < 0.1, values[rng.integers(0, 5, n)], x.to_numpy()))
+    x[rng.random(n) < 0.05] = None
+    y[rng.random(n) < 0.05] = None
+    y[x.isna().to_numpy() & (rng.random(n) < 0.5)] = None  # missing in both
+    dtype = object if kind == "object" else kind
+    a = pd.Series(pd.Categorical(x.tolist(), categories=pd.Index(list(values[:4]), dtype=dtype)))
+    b = pd.Series(pd.Categorical(y.tolist(), categories=pd.Index(list(values[::-1]), dtype=dtype)))  # another order, one more
+    assert a.isna().sum() == x.isna().sum() and b.isna().sum() == y.isna().sum()
+    assert ev._categories_alike(a, b)
+    want = int(sum(not ((u == v) if not (pd.isna(u) or pd.isna(v)) else (pd.isna(u) and pd.isna(v)))
+                   for u, v in zip(a.astype(object), b.astype(object))))
+    assert 0 < want < n
+    assert ev.differing_rows(a, b) == want == ev.differing_rows(a.astype(object), b.astype(object))
+    assert ev.differing_rows(b, a) == want and ev.differing_rows(a, a.copy()) == 0
+
+
 def test_bad_options_from_metadata(census_release):
     _, _, df, released = census_release
     original, masked = _frames(df, released)
