@@ -38,11 +38,17 @@ page faults (3.4M of them at 10M rows, 9.4 s of system time). Measured at 10M ro
 64 KiB, 31.6 s with these (peak RSS 3.53 against 3.58 GB); two worker processes 45.3 -> 36.6 s."""
 
 FRUGAL_THRESHOLDS = {"MALLOC_TRIM_THRESHOLD_": 65536}
-"""Dask's own setting, kept for workers with less than :data:`ROOMY_WORKER` of memory: with 1.5 GiB
-per worker the thresholds above kept more memory (peak 1.38 against 1.07 GiB at 30M rows), so the
-job spilled more and took 310 s instead of 263."""
+"""Dask's own setting, kept for workers with less than :data:`ROOMY_WORKER` of memory, where the thresholds
+above take a worker past Dask's pause at 80 % of its limit (two worker processes of one thread; BENCHMARKS.md,
+sixty-first session): at 1 GiB, 10M rows, 0.84 GiB against 0.69 and no faster (71.9 s against 73.7); at
+1.5 GiB, 100M rows, 1.33 GiB against 0.99, though 13-21 % faster from 10M to 100M rows."""
 
-ROOMY_WORKER = 4 * 2**30
+ROOMY_WORKER = 2 * 2**30
+"""From 2 GiB on a worker gets :data:`ALLOCATOR_THRESHOLDS`: at 2 GiB (two worker processes of one thread)
+the release of 10M rows took 44.1 s with them against 52.2 (system time 13.4 s against 31.5), the workers'
+peak 0.97 GiB against 0.79 (BENCHMARKS.md, sixty-first session). It was 4 GiB while the rows in transit
+stayed in the workers' memory: then the thresholds' extra memory made a 1.5 GiB worker spill (30M rows:
+310 s against 263)."""
 
 
 def roomy(limit):

@@ -231,12 +231,14 @@ def test_the_embedded_process_cluster_starts_its_workers_with_the_allocator_sett
         (env,) = client.run(cluster._allocator_environment).values()
     assert env == {"MALLOC_MMAP_THRESHOLD_": str(16 * 2**20), "MALLOC_TRIM_THRESHOLD_": "1048576"}
     assert cluster.tune_allocator(processes=False) == {}  # workers as threads: set in this process
-    # a worker with little memory keeps Dask's frugal setting (it spilled less at 1.5 GiB); Dask's
-    # nanny left the variables it gave the workers in this process's environment (monkeypatch
-    # restores them at the end)
+    # a worker under 2 GiB keeps Dask's frugal setting (the thresholds took workers of 1 and 1.5 GiB past
+    # Dask's pause); from 2 GiB on it gets the thresholds (faster there); Dask's nanny left the variables
+    # it gave the workers in this process's environment (monkeypatch restores them at the end)
     for name in cluster.ALLOCATOR_THRESHOLDS:
         monkeypatch.delenv(name, raising=False)
     assert cluster.allocator_settings("1.5GiB") == {"MALLOC_TRIM_THRESHOLD_": 65536}
+    assert cluster.allocator_settings(2 * 2**30 - 1) == {"MALLOC_TRIM_THRESHOLD_": 65536}
+    assert cluster.allocator_settings("2GiB") == cluster.ALLOCATOR_THRESHOLDS
     assert cluster.allocator_settings(8 * 2**30) == cluster.ALLOCATOR_THRESHOLDS
     with cluster.dask_client(workers=1, threads_per_worker=1, processes=True, memory_limit="1GiB") as client:
         (env,) = client.run(cluster._allocator_environment).values()
@@ -314,7 +316,8 @@ def test_workers_that_page_fault_for_nothing_are_named(tmp_path, caplog):
 
     assert cluster.faults_pages({"MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": None}, 0)
     assert cluster.faults_pages({"MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": None}, 8 * 2**30)
-    assert not cluster.faults_pages({"MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": None}, 2**31)
+    assert cluster.faults_pages({"MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": None}, 2**31)
+    assert not cluster.faults_pages({"MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": None}, 2**31 - 1)
     assert not cluster.faults_pages({"MALLOC_TRIM_THRESHOLD_": None, "MALLOC_MMAP_THRESHOLD_": None}, 0)  # no nanny
     assert not cluster.faults_pages({k: str(v) for k, v in cluster.ALLOCATOR_THRESHOLDS.items()}, 0)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}

@@ -531,6 +531,16 @@ def test_every_way_of_starting_workers_sets_the_allocator_thresholds():
     assert environ["OMP_NUM_THREADS"] == 1
 
 
+def test_the_sbatch_script_gives_the_allocator_thresholds_from_the_cli_s_worker_size():
+    """The sbatch script's shell test is the CLI's rule (jobs/cluster.py: ROOMY_WORKER), and so is the
+    jobqueue example's (it calls ``roomy``)."""
+    from microagg.jobs.cluster import ROOMY_WORKER
+
+    (mib,) = re.findall(r'if \[ "\$memory_mib" -ge (\d+) \]', (DEPLOY / "slurm" / "microagg-export.sbatch").read_text())
+    assert int(mib) * 2**20 == ROOMY_WORKER
+    assert "if roomy(parse_bytes(args.memory))" in (DEPLOY / "slurm" / "jobqueue_export.py").read_text()
+
+
 @pytest.mark.slow
 def test_warm_up_compiles_every_kernel():
     """What the image build runs (`--strict` fails the build when a new kernel is not warmed up)."""

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, assert_k_anonymous, microagg_cli
+from microagg.jobs.cluster import ALLOCATOR_THRESHOLDS
 from microagg.pipeline.generate import IDENTIFIERS, QUASI_IDENTIFIERS
 from test_deploy import CENSUS_CSV, _processes_mentioning, assert_release
 
@@ -178,11 +179,11 @@ def test_scancel_in_the_middle_keeps_the_previous_release_and_the_next_run_compl
     with Client(scheduler_file=str(scheduler_file), timeout="30s") as client:  # the job's tasks are running
         wait_until(lambda: any(client.processing().values()), 120, "no task ever ran")
         workers = client.scheduler_info()["workers"].values()
-        # 85 % of --mem=3G each; under 4 GiB a worker keeps Dask's allocator setting (jobs/cluster.py)
+        # 85 % of --mem=3G each; from 2 GiB on a worker gets the CLI's allocator settings (jobs/cluster.py)
         assert [w["memory_limit"] for w in workers] == [3072 * 85 // 100 * 2**20] * 2
         assert [w["nthreads"] for w in workers] == [1, 1]
-        trim = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
-        assert sorted(trim.values()) == ["65536", "65536"]
+        allocator = client.run(lambda: {name: os.environ.get(name) for name in ALLOCATOR_THRESHOLDS})
+        assert list(allocator.values()) == [{name: str(v) for name, v in ALLOCATOR_THRESHOLDS.items()}] * 2
     subprocess.run(["scancel", jid], env=slurm, check=True, timeout=30)
     state, _ = wait_for_job(slurm, jid)
     assert state == "CANCELLED", log.read_text()

@@ -24,7 +24,7 @@ export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="${DASK_DISTRIBUTED__COMM__TIME
 export ARROW_DEFAULT_MEMORY_POOL="${ARROW_DEFAULT_MEMORY_POOL:-system}"
 # glibc's allocator in the worker process Dask's nanny starts: fresh pages from the kernel only for
 # arrays above 16 MiB, freed memory kept up to 32 MiB (Dask's default, 64 KiB, page-faults every
-# large array afresh; jobs/cluster.py: ALLOCATOR_THRESHOLDS). For a worker under 4 GiB, set
+# large array afresh; jobs/cluster.py: ALLOCATOR_THRESHOLDS). For a worker under 2 GiB, set
 # DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON='{}' to keep Dask's default (it holds less memory there).
 allocator='{"MALLOC_MMAP_THRESHOLD_": 16777216, "MALLOC_TRIM_THRESHOLD_": 33554432}'
 export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON="${DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON:-$allocator}"

@@ -84,7 +84,7 @@ def main(argv=None):
             "export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=10s",
             # Arrow's buffers from malloc: a fresh process reads Parquet faster (jobs/cluster.py)
             "export ARROW_DEFAULT_MEMORY_POOL=system",
-            # not for workers under 4 GiB, where Dask's default holds less (jobs/cluster.py: FRUGAL_THRESHOLDS)
+            # not for workers under 2 GiB, where Dask's default holds less (jobs/cluster.py: FRUGAL_THRESHOLDS)
             *([f"export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON='{ALLOCATOR}'"]
               if roomy(parse_bytes(args.memory)) else []),
         ],
