@@ -65,7 +65,7 @@ class Layer:
         one piece receives that piece, not the whole list (on a cluster: not the whole transfer)."""
         return self.task((*ref.key[1:], index), operator.getitem, ref, index)
 
-    def exchange(self, tag, producers, n_consumers, merge, direct=None, rows=None):
+    def exchange(self, tag, producers, n_consumers, merge, direct=None, rows=None, nbytes=None):
         """The pieces each consumer receives from an all-to-all exchange: a list, per consumer, of
         references whose values, in order, hold its rows from ``producers`` in producer order.
 
@@ -76,9 +76,10 @@ class Layer:
         merged, consumer by consumer, by ``merge(pieces)`` (picklable; the rows keep their
         order); each consumer then gets one piece per batch. The tasks grow as
         ``2 min(P, C) sqrt(max(P, C))`` instead of ``P C``, for one more copy of the data in transit.
-        ``rows``: the rows in transit, if known, so that no merge holds more than :data:`MERGE_ROWS`.
+        ``rows``: the rows in transit, if known, so that no merge holds more than :data:`MERGE_ROWS`;
+        or ``nbytes``: their bytes, so that the merges are as few as hold :data:`MERGE_BYTES` each.
         """
-        plan = exchange_plan(len(producers), n_consumers, direct, rows)
+        plan = exchange_plan(len(producers), n_consumers, direct, rows, nbytes)
         if plan is None:
             return [[self.item(p, c) for p in producers] for c in range(n_consumers)]
         batches, groups = plan
@@ -186,7 +187,12 @@ one object in a worker's memory, spilled and read back whole: at 30M rows, 30 in
 spill) pushed workers of 1.5 GiB over their limit while most of their memory was spilled already."""
 
 
-def exchange_plan(n_producers, n_consumers, direct=None, rows=None):
+MERGE_BYTES = 32 << 20
+"""About the most bytes one merge of a two-level exchange holds when the exchange is told its bytes: 250,000
+routed rows of 13 QIs (:data:`MERGE_ROWS`'s bound in bytes)."""
+
+
+def exchange_plan(n_producers, n_consumers, direct=None, rows=None, nbytes=None):
     """None for a direct exchange (producers x consumers at most ``direct``, default
     :data:`DIRECT_PIECES`), else ``(producer batches, consumer groups)`` as ranges of consecutive
     producers and consumers.
@@ -195,22 +201,31 @@ def exchange_plan(n_producers, n_consumers, direct=None, rows=None):
     pieces. Each merge holds about ``rows / (b g)`` rows; ``b g = min(P, C)`` keeps that at most one
     input partition's or one consumer's share (and, given ``rows``, at least ``rows /``
     :data:`MERGE_ROWS` merges keep it at most that), and ``b = sqrt(b g P / C)`` then minimises the
-    count: about ``2 min(P, C) sqrt(max(P, C))`` tasks (3,932 instead of 25,600 for 200 x 128)."""
+    count: about ``2 min(P, C) sqrt(max(P, C))`` tasks (3,932 instead of 25,600 for 200 x 128).
+
+    Given ``nbytes`` instead, the data in transit, the merges are as few as hold :data:`MERGE_BYTES` each:
+    the count, about ``2 sqrt(P C b g) + b g``, falls with them. For the released rows on their way to the
+    output files (about 40 bytes a row at k = 5, against 120 for the routed rows) one consumer's share is
+    a few megabytes: at 100M rows, 2,559 released pieces to 400 files made 400 merges of about 10 MB and
+    41,280 tasks (the projected limit at 100 workers; BENCHMARKS.md, sixty-second session)."""
     direct = DIRECT_PIECES if direct is None else direct
     if n_producers * n_consumers <= direct or n_producers < 2 or n_consumers < 2:
         return None
-    merges = min(n_producers, n_consumers)
-    if rows:
-        merges = min(max(merges, -(-rows // MERGE_ROWS)), n_producers * n_consumers)
+    if nbytes is not None:
+        merges = min(max(1, -(-int(nbytes) // MERGE_BYTES)), n_producers * n_consumers)
+    else:
+        merges = min(n_producers, n_consumers)
+        if rows:
+            merges = min(max(merges, -(-rows // MERGE_ROWS)), n_producers * n_consumers)
     batches = max(1, min(n_producers, round(math.sqrt(merges * n_producers / n_consumers))))
     groups = max(1, min(n_consumers, -(-merges // batches)))
     return _ranges(n_producers, batches), _ranges(n_consumers, groups)
 
 
-def exchange_tasks(n_producers, n_consumers, direct=None, rows=None):
+def exchange_tasks(n_producers, n_consumers, direct=None, rows=None, nbytes=None):
     """How many tasks :meth:`Layer.exchange` adds (slices, merges and pieces; not the producers or
     consumers): for the scaling model of ``tests/benchmarks/project_workers.py``."""
-    plan = exchange_plan(n_producers, n_consumers, direct, rows)
+    plan = exchange_plan(n_producers, n_consumers, direct, rows, nbytes)
     if plan is None:
         return n_producers * n_consumers
     batches, groups = plan

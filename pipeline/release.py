@@ -1443,13 +1443,20 @@ def _sorted_unique(values):
     return values[np.r_[True, values[1:] != values[:-1]]] if len(values) else values
 
 
-def _per_file(released, n_rows, rows_per_file, func, *args, inputs=None, filed=False):
+def released_bytes(n_rows, width, k):
+    """About the bytes of ``n_rows`` released rows of ``width`` columns cut by output file (:func:`_by_file`): each
+    row's id and group, and its group's tuple once per group of k rows or more."""
+    return 16 * n_rows - (-8 * width * n_rows // max(k, 1))
+
+
+def _per_file(released, n_rows, rows_per_file, func, *args, inputs=None, filed=False, k=2):
     """``(output divisions, [func(start, stop, *args, slots, *pieces) per output file])``: one
     delayed task per output file over the released pieces of every attribute block that hold its
     rows (``released``: one ``(column positions, pieces)`` pair per block; ``slots``: each piece's
     column positions). ``inputs``: None, or one delayed object per output file, whose value the file's
     task passes first (``func(input, start, stop, ...)``). ``filed``: the pieces are :class:`FiledRelease`
-    descriptions, which every worker may take whole (each file's task reads its own rows)."""
+    descriptions, which every worker may take whole (each file's task reads its own rows). ``k``: the pieces'
+    smallest group (the exchange's bytes: :func:`released_bytes`)."""
     out_div = file_divisions(n_rows, rows_per_file)
     starts = np.asarray(out_div[:-1], dtype=np.int64)
     stops = [*out_div[1:-1], n_rows]
@@ -1470,7 +1477,8 @@ def _per_file(released, n_rows, rows_per_file, func, *args, inputs=None, filed=F
     slots = [[] for _ in starts]
     for block, (positions, pieces) in enumerate(released):  # an exchange per attribute block: one slot per piece
         cut = [layer.task(("cut", block, i), _by_file, r, starts) for i, r in enumerate(pieces)]
-        for i, refs in enumerate(layer.exchange(("files", block), cut, len(starts), _merge_file_pieces, rows=n_rows)):
+        for i, refs in enumerate(layer.exchange(("files", block), cut, len(starts), _merge_file_pieces,
+                                                nbytes=released_bytes(n_rows, len(positions), k))):
             inbound[i] += refs
             slots[i] += [tuple(int(c) for c in positions)] * len(refs)
     files = [layer.task(("file", i), _led, func, lead, int(a), int(b), *args, tuple(slots[i]), *inbound[i])
@@ -1580,11 +1588,11 @@ def _workers_see(path):
                          "filesystem; or an object store URL for the input). Nothing was written.")
 
 
-def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None, where=None, filed=False):
+def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None, where=None, filed=False, k=2):
     """The released frame: input rows in input order with QIs replaced, identifiers dropped (or
     pseudonymised with the HMAC ``key``), only the rows meeting ``where`` if given. ``released``: one
     ``(column positions, delayed Released pieces)`` pair per attribute block (``filed``: :class:`FiledRelease`
-    pieces). ``lengths``: of the frame's partitions, none of them empty."""
+    pieces). ``lengths``: of the frame's partitions, none of them empty. ``k``: the pieces' smallest group."""
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     in_div = tuple(int(o) for o in offsets) + (n_rows - 1,)
     out_div = file_divisions(n_rows, rows_per_file)
@@ -1593,7 +1601,7 @@ def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=
     # task of their own, needing only the persisted pieces, they were ready at once and ran ahead of the
     # input's reading (at 10M rows with the input re-read, 31 files' values waited at once: 0.8 GB)
     _, files = _per_file(released, n_rows, rows_per_file, _replaced, tuple(qi), tuple(ids), key, where,
-                         inputs=original.to_delayed(), filed=filed)
+                         inputs=original.to_delayed(), filed=filed, k=k)
     meta = _replace_qis(original._meta, _assemble(0, 0, tuple(qi), ()), qi, ids, key, where)
     with dask.config.set({"dataframe.convert-string": False}):  # an object column (lists, structs) stays as read
         return dd.from_delayed(files, meta=meta, divisions=out_div, verify_meta=False)
@@ -1811,7 +1819,7 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         key = identifier_key if options.hash_identifiers else None
         by_block = [(range(starts[b], starts[b + 1]), pieces) for b, pieces in enumerate(readable)]
         released = restore_order(frame, by_block, lengths, qi, ids, n_rows, options.rows_per_file, key,
-                                 options.release_where, release_files)
+                                 options.release_where, release_files, options.k)
         _wait(flat)
         if release_files:  # the rows in transit are solved: only the released pieces' files are read again
             transit.remove_files(transit_dir, keep=RELEASED_FILE)

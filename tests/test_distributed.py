@@ -1003,6 +1003,31 @@ def test_exchange_plan():
     assert len(graph.exchange_plan(3, 3, 0, rows=10**9)[1]) == 3  # never more merges than pairs
 
 
+def test_the_released_rows_exchange_makes_as_few_merges_as_its_bytes_need():
+    """Told its bytes (the released rows on their way to the output files: about 37 bytes a row at k = 5 and
+    13 QIs), the two-level exchange makes as few merges as hold graph.MERGE_BYTES each, not one per
+    consumer: at 100M rows, 2,559 released pieces to 400 files took 41,280 tasks, now about half."""
+    from microagg.pipeline import graph
+    from microagg.pipeline.release import released_bytes
+
+    for rows, pieces, files in ((100_000_000, 2559, 400), (10_000_000, 255, 40), (30_000_000, 1023, 120)):
+        nbytes = released_bytes(rows, 13, 5)
+        batches, groups = graph.exchange_plan(pieces, files, nbytes=nbytes)
+        merges = len(batches) * len(groups)
+        assert nbytes / merges <= graph.MERGE_BYTES  # no merge holds more than MERGE_BYTES, about
+        assert merges < min(pieces, files)
+        for ranges, n in ((batches, pieces), (groups, files)):
+            assert ranges[0][0] == 0 and ranges[-1][1] == n and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        by_rows = graph.exchange_tasks(pieces, files, rows=rows)
+        assert graph.exchange_tasks(pieces, files, nbytes=nbytes) < 0.7 * by_rows
+    assert graph.exchange_tasks(2559, 400, rows=100_000_000) == 41_280
+    assert released_bytes(100_000_000, 13, 5) == 100_000_000 * 16 + 8 * 13 * 100_000_000 // 5
+    # a few bytes still make one merge at least, never more than the pairs, and a small exchange stays direct
+    assert [len(x) for x in graph.exchange_plan(30, 200, nbytes=10)] == [1, 1]
+    assert len(graph.exchange_plan(3, 3, 0, nbytes=10**12)[1]) == 3
+    assert graph.exchange_plan(10, 40, nbytes=10**12) is None
+
+
 def _lengths(*bundles):
     return [len(output) for bundle in bundles for output in bundle]
 

@@ -284,9 +284,10 @@ MODEL = """Model (one stage after another: each stage waits for the previous one
     handles one task at a time, alongside the computing. Tasks grow with f, the bundles of many producers'
     outputs ({bundles}) with sqrt(f), the exchanges of the memory path's fan-out tasks ({fan}) as
     producers x consumers pieces up to {direct:,}, beyond that the two-level form's P x g slices + b x g
-    merges + b x C pieces, b x g ~ min(P, C), about 2 min(P, C) x sqrt(max(P, C)) tasks
-    (pipeline.graph.exchange_plan); input partitions: max(rows / {per_partition:,}, 2 x cores) (microagg
-    splits an input read as fewer partitions than twice the cores), output files: rows / {per_file:,};
+    merges + b x C pieces (pipeline.graph.exchange_plan): for the routed rows b x g ~ max(min(P, C), rows /
+    250,000), for the released rows b x g ~ their bytes / 32 MiB, the tasks about 2 sqrt(P C b g) + b g;
+    input partitions: max(rows / {per_partition:,}, 2 x cores) (microagg splits an input read as fewer
+    partitions than twice the cores), output files: rows / {per_file:,};
     dependencies are not counted apart from their tasks;
   * critical path = the longest chain of dependent tasks in the stage as measured, with the tasks that
     grow with the rows ({grows}) x f, up to the pipeline's bound of {upper:,} rows per plane
@@ -323,16 +324,19 @@ def _count(tasks, label):
 
 
 def _exchanges(stage, tasks, target, f, cores):
-    """``(producers, consumers)`` at ``target`` rows of each fan-out exchange the stage makes."""
+    """``(producers, consumers, what the pipeline tells the exchange of its data)`` at ``target`` rows of each
+    fan-out exchange the stage makes: the routed rows' count, or the released rows' bytes
+    (``release.released_bytes``, k=5 and 13 QIs, as measured)."""
     labels = {tasks[k][0] for k in stage["keys"]}
     out = []
     if "_route" in labels:  # input partitions -> block tasks
         out.append((max(math.ceil(target / INPUT_ROWS_PER_PARTITION), 2 * cores),
-                    math.ceil(_count(tasks, "_solve_pack") * f)))
+                    math.ceil(_count(tasks, "_solve_pack") * f), {"rows": target}))
     if "_by_file" in labels:  # released pieces -> output files
-        from microagg.pipeline.release import ReleaseOptions
+        from microagg.pipeline.release import ReleaseOptions, released_bytes
 
-        out.append((math.ceil(_count(tasks, "_by_file") * f), max(1, math.ceil(target / ReleaseOptions.rows_per_file))))
+        out.append((math.ceil(_count(tasks, "_by_file") * f), max(1, math.ceil(target / ReleaseOptions.rows_per_file)),
+                    {"nbytes": released_bytes(target, len(QI), 5)}))
     return out
 
 
@@ -343,16 +347,16 @@ def _task_counts(stage, tasks, target, f, cores):
     from microagg.pipeline import graph
 
     linear = sum(math.sqrt(f) if tasks[k][0] in BUNDLES else f for k in stage["keys"] if tasks[k][0] not in EXCHANGE)
-    return linear + sum(graph.exchange_tasks(p, c, PIPELINE_DIRECT, target)
-                        for p, c in _exchanges(stage, tasks, target, f, cores))
+    return linear + sum(graph.exchange_tasks(p, c, PIPELINE_DIRECT, **told)
+                        for p, c, told in _exchanges(stage, tasks, target, f, cores))
 
 
 def _two_level(stage, tasks, target, f, cores):
     """Whether the stage's exchange takes two levels at ``target`` (its data then travel twice)."""
     from microagg.pipeline import graph
 
-    return any(graph.exchange_plan(p, c, PIPELINE_DIRECT, target) is not None
-               for p, c in _exchanges(stage, tasks, target, f, cores))
+    return any(graph.exchange_plan(p, c, PIPELINE_DIRECT, **told) is not None
+               for p, c, told in _exchanges(stage, tasks, target, f, cores))
 
 
 ROW_BYTES = 8 * (len(QI) + 3)
