@@ -39,12 +39,12 @@ def runs(tmp_path_factory):
 
 
 def test_each_path_runs_the_tasks_the_model_counts(runs):
-    for path, (_, report, windows, _, tasks, _) in runs.items():
+    for path, (_, report, windows, _, tasks, _) in runs.items():  # project_workers.Run
         assert report["rows_in_transit"] == path and report["released_pieces"] == path
         assert report["upper_planes"] > 0
         assert project_workers.missing_labels(tasks, path) == []
         assert {name for name, _, _ in windows} >= {"statistics", "blocks", "write"}
-    labels = {path: {label for label, _, _ in run[4].values()} for path, run in runs.items()}
+    labels = {path: {label for label, _, _ in run.tasks.values()} for path, run in runs.items()}
     # the memory path's rows go through its exchanges' pieces; the files path has no exchange
     assert {"_route[piece]", "_by_file[piece]"} <= labels["memory"]
     assert not labels["files"] & set(project_workers.FAN_OUT)
@@ -54,15 +54,15 @@ def test_each_path_runs_the_tasks_the_model_counts(runs):
 
 def test_every_upper_plane_s_rows_come_from_the_memory_run_for_both_paths(runs):
     report = runs["memory"][1]
-    rows_of = project_workers.upper_rows(runs["memory"][4])
+    rows_of = project_workers.upper_rows(runs["memory"].tasks)
     assert len(rows_of) == report["upper_planes"]
     assert all(rows > 0 for rows in rows_of.values())
-    files_upper = {key[1:] for key, (label, _, _) in runs["files"][4].items() if label in project_workers.GROWS}
+    files_upper = {key[1:] for key, (label, _, _) in runs["files"].tasks.items() if label in project_workers.GROWS}
     assert files_upper == set(rows_of)  # the same planes, by tag, in both runs
 
 
 def test_a_run_without_a_modelled_task_is_named(runs):
-    tasks = {key: value for key, value in runs["memory"][4].items() if value[0] != "_by_file"}
+    tasks = {key: value for key, value in runs["memory"].tasks.items() if value[0] != "_by_file"}
     assert project_workers.missing_labels(tasks, "memory") == ["_by_file"]
-    assert project_workers.missing_labels(runs["memory"][4], "files") == [
+    assert project_workers.missing_labels(runs["memory"].tasks, "files") == [
         "_route_to_file", "_solve_pack_read", "_stitch_upper_read", "_from_pieces"]

@@ -37,6 +37,7 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -154,6 +155,23 @@ def task_overhead(n=4000, repeat=2):
     return best
 
 
+class Run(NamedTuple):
+    """One measured run (:func:`measured_runs`): wall seconds, the release's report, the stages' windows, the
+    split trees the client built (:class:`_Stages`), every task's ``(label, bytes, dependencies)`` by key, and
+    its compute intervals."""
+
+    wall: float
+    report: dict
+    windows: list
+    trees: list
+    tasks: dict
+    compute: dict
+
+    def stages(self):
+        """The run cut by stage (:func:`per_stage`)."""
+        return per_stage(self.windows, self.tasks, self.compute, self.trees)
+
+
 def measure(sources, warm_up, out, cores, paths):
     """In-process runs of the pipeline on each of ``sources`` (after one on ``warm_up``) on ``cores`` workers of
     one thread, threads of this process: ``(seconds per task of overhead, [measured_runs(...) per source])``."""
@@ -174,8 +192,7 @@ def measured_runs(cluster, client, source, out, paths, options):
     """One run of the pipeline (``options``) on ``source`` per path of ``paths`` (:data:`PATHS`; ``files``
     forces the rows in transit and the released pieces through the scratch directory, as workers that all see
     it take them) on ``cluster``, whose scheduler runs in this process (its plugin sees every task), each
-    release removed after. Returns ``{path: (wall seconds, report, stage windows, split-tree seconds, tasks,
-    compute intervals per key)}``."""
+    release removed after. Returns ``{path: Run}``."""
     from distributed import get_task_stream
 
     from microagg.pipeline import release
@@ -207,7 +224,7 @@ def measured_runs(cluster, client, source, out, paths, options):
             for s in record["startstops"]:
                 if s["action"] == "compute":
                     compute[record["key"]].append((s["start"], s["stop"]))
-        runs[path] = (wall, report, stages.windows, stages.trees, recorder.tasks, compute)
+        runs[path] = Run(wall, report, stages.windows, stages.trees, recorder.tasks, compute)
     return runs
 
 
@@ -459,18 +476,18 @@ def _limit(projection):
 def _report(path, run, overhead, args, rows, rows_of, through, smaller=None):
     """Print one path's measured run (of ``rows``) and its projection; ``smaller``: ``(rows, run)`` of the same
     path at fewer rows, for the client's time (:func:`client_fit`)."""
-    wall, report, windows, trees, tasks, compute = run
-    stages = per_stage(windows, tasks, compute, trees)
+    wall, report, _, trees, tasks, compute = run
+    stages = run.stages()
+    print(f"## {path} path: {PATHS[path][0]}\n")
     if smaller is not None:
         small_rows, small = smaller
-        fit = client_fit(per_stage(small[2], small[4], small[5], small[3]), stages, small_rows, rows)
+        fit = client_fit(small.stages(), stages, small_rows, rows)
         for name, line in fit.items():
             stages[name]["client_fit"] = line
         print(f"client seconds besides the split trees, per stage, fitted through the runs of {small_rows:,} and "
               f"{rows:,} rows: " + ", ".join(f"{n} {a:.3f} s + {b * 1e6:.3f} s per million rows"
                                               for n, (a, b) in fit.items()) + "\n")
-    tree_seconds = sum(t[3] for t in trees)
-    print(f"## {path} path: {PATHS[path][0]}\n")
+    tree_seconds = sum(seconds for *_, seconds in trees)
     print(f"measured: {rows:,} rows x 13 QIs, k=5, default method and options, in one process on a LocalCluster of "
           f"{args.cores} workers x 1 thread: {wall:.2f} s wall, {report['tasks']} block tasks, "
           f"{report['upper_planes']} upper planes, rows in transit through {report['rows_in_transit']}, released "
@@ -573,7 +590,7 @@ def main():
     overhead, measured = measure(sources, warm_up, root / "projection-out", args.cores, tuple(PATHS))
     for rows, runs in zip(sizes, measured):
         for path, run in runs.items():
-            missing = missing_labels(run[4], path)
+            missing = missing_labels(run.tasks, path)
             if missing:
                 sys.exit(f"no task labelled {', '.join(missing)} in the {path} run of {rows:,} rows: the pipeline's "
                          f"graph is not the one this model counts (PATHS); nothing projected")
@@ -592,7 +609,7 @@ def main():
     print(f"  Here: B = {args.bandwidth / 1e9:g} GB/s per worker, {args.threads_per_worker} core(s) per worker.\n")
     rows, runs = sizes[-1], measured[-1]
     smaller = {path: (sizes[0], measured[0][path]) if len(sizes) == 2 else None for path in PATHS}
-    rows_of = upper_rows(runs["memory"][4])
+    rows_of = upper_rows(runs["memory"].tasks)
     memory = _report("memory", runs["memory"], overhead, args, rows, rows_of, None, smaller["memory"])
     _report("files", runs["files"], overhead, args, rows, rows_of, {n: s["moved"] for n, s in memory.items()},
             smaller["files"])
