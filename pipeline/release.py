@@ -1405,18 +1405,25 @@ def _scatter(start, stop, width, slots, pieces):
     """Released values of rows ``start..stop-1``, column by column (``(width, n)``), from ``pieces``
     (``(row ids, groups, group table)``; rows outside the range are ignored) whose values fill the QI
     columns ``slots[i]`` (one attribute block's, consecutive); every cell exactly once, or the release
-    is refused."""
+    is refused. Each attribute block's pieces are scattered row by row, then its columns written out
+    (:func:`microagg.kernels.groups.scatter_rows`, :func:`~microagg.kernels.groups.transpose_into`)."""
     n = stop - start
     values = np.empty((width, n))  # columns contiguous: a DataFrame over them needs no copy
     blocks = sorted({slot[0] for slot in slots})
     seen = np.zeros((n, max(len(blocks), 1)), dtype=np.int64)
+    scattered = {}  # first column of an attribute block -> its rows, row-major
     for (row_id, group, table), slot in zip(pieces, slots):
-        groups.scatter_rows(values, seen, start, blocks.index(slot[0]), slot[0], row_id,
+        rows = scattered.get(slot[0])
+        if rows is None:
+            rows = scattered[slot[0]] = np.empty((n, len(slot)))
+        groups.scatter_rows(rows, seen, start, blocks.index(slot[0]), row_id,
                             np.ascontiguousarray(group, dtype=np.int64), np.ascontiguousarray(table, dtype=np.float64))
     if width and (seen != 1).any():
         wrong = int((seen != 1).any(axis=1).sum())
         raise ReleaseGateError(f"rows {start}..{stop - 1}: the released values do not cover every row and "
                                f"column exactly once ({wrong} row(s) wrong); nothing written")
+    for first, rows in scattered.items():
+        groups.transpose_into(rows, values, first)
     return values
 
 

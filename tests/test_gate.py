@@ -1,6 +1,7 @@
 """The release gate's evidence: exact tuple counts through the groups, and a summary that flags rows below k."""
 
 import numpy as np
+import pytest
 from types import SimpleNamespace
 
 from microagg.pipeline.release import ReleaseOptions, Rows, summarize, tuple_counts
@@ -134,3 +135,41 @@ def test_the_reported_covariance_is_numpys_over_the_complete_rows_whatever_the_b
         np.testing.assert_allclose(products / n, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
     n, mean, products = release._comoments(np.empty((0, 3)))
     assert n == 0 and not mean.any() and not products.any()
+
+
+def _pieces(rng, n_rows, widths, owners):
+    """Pieces of a release of rows ``0..n_rows-1`` (``owners`` pieces per attribute block of ``widths``): each
+    piece's rows ascending, its groups drawn at random over its own table."""
+    pieces, slots, first = [], [], 0
+    for width in widths:
+        owner = rng.integers(0, owners, n_rows)
+        for p in range(owners):
+            row_id = np.flatnonzero(owner == p).astype(np.int64)
+            table = rng.normal(size=(max(1, len(row_id) // 3), width))
+            pieces.append((row_id, rng.integers(0, len(table), len(row_id)), table))
+            slots.append(tuple(range(first, first + width)))
+        first += width
+    return pieces, slots
+
+
+def test_released_values_are_scattered_to_their_rows_and_columns_for_any_range_and_attribute_blocks():
+    """Every cell of an output file's range gets its group's value in its attribute block's columns (rows of
+    the pieces outside the range ignored), row-major then written out column by column, as a NumPy
+    scatter does it; a row released twice, or not at all, refuses the release."""
+    from microagg.pipeline.release import ReleaseGateError, _scatter
+
+    rng = np.random.default_rng(7)
+    pieces, slots = _pieces(rng, 1000, (2, 3, 1), 5)
+    want = np.full((6, 1000), np.nan)
+    for (row_id, group, table), slot in zip(pieces, slots):
+        want[np.ix_(list(slot), row_id)] = table[group].T
+    for start, stop in ((0, 1000), (130, 517), (999, 1000)):
+        got = _scatter(start, stop, 6, slots, pieces)
+        assert not np.isnan(want[:, start:stop]).any()
+        assert got.shape == (6, stop - start) and got.flags.c_contiguous
+        assert np.array_equal(got, want[:, start:stop])
+    twice = pieces + [pieces[0]]
+    with pytest.raises(ReleaseGateError, match="exactly once"):
+        _scatter(0, 1000, 6, slots + [slots[0]], twice)
+    with pytest.raises(ReleaseGateError, match=r"\(\d+ row\(s\) wrong\)"):
+        _scatter(0, 1000, 6, slots[1:], pieces[1:])
