@@ -412,7 +412,8 @@ def main(argv=None):
         _UNWINDING["grace"] = _stop_grace()
         return logs.finished(args, COMMANDS[args.command](args))
     except MicroaggError as exc:
-        return logs.failed(args, exc, exc.exit_code, f"microagg: error: {exc}")
+        written = "" if getattr(exc, "says_what_was_written", True) else f" {_written()}"
+        return logs.failed(args, exc, exc.exit_code, f"microagg: error: {exc}{written}")
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM (Terminated), SIGHUP (HungUp)
         return _interrupted(args, exc)
     except Exception as exc:  # an unexpected failure: still one paragraph unless --debug

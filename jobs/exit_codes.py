@@ -21,8 +21,10 @@ code  meaning
       reset connection, futures cancelled because the scheduler went away); nothing was written
 5     storage failure: a filesystem refused a write or a read (full: ``ENOSPC``, over quota:
       ``EDQUOT``, read-only: ``EROFS``, permission denied: ``EACCES`` / ``EPERM``), the output's
-      or the workers' spill directory's; nothing was written (but for a report written after its
-      release, ``StorageError``: the message says the release is committed)
+      or the workers' spill directory's; or the rows in transit (an evaluation's QIs) fit neither
+      in the scratch directory's free space nor in half the job's memory (``ScratchSpaceError``,
+      before the stage); nothing was written (but for a report written after its release,
+      ``StorageError``: the message says the release is committed)
 6     busy (``OutputBusyError``): another job on this host is writing the same output now (a
       scheduler firing the same export twice); the first job goes on, this one wrote nothing
 129   hung up (SIGHUP: the job's terminal closed, an ssh session dropped); nothing was written and

@@ -38,6 +38,16 @@ class ClusterError(MicroaggError):
     exit_code = 4
 
 
+class ScratchSpaceError(MicroaggError):
+    """Data a stage must hold (the rows in transit, an evaluation's QIs) fits neither in the job's memory nor
+    in the free space of its scratch directory: the job stops before that stage instead of running out of
+    memory in it. Its message does not say what was written (the command adds it: a job file's evaluation
+    runs after its release is committed)."""
+
+    exit_code = 5
+    says_what_was_written = False
+
+
 class OutputBusyError(MicroaggError):
     """Another job on this host is writing the same output now; this one wrote nothing."""
 

@@ -58,7 +58,7 @@ from . import blocking, drawing, graph, interrupts, io, metrics, mic1d, sequence
 from .sequence import check_sequence
 from .strata import check_strata, partition_counts, plan_strata
 from .api import released_table, where_mask
-from .errors import CSVParseError, CSVTypeChange, InputError, ReleaseGateError, StorageError
+from .errors import CSVParseError, CSVTypeChange, InputError, ReleaseGateError, ScratchSpaceError, StorageError
 from .solver import Solver
 from .methods import describe_picks
 from .validation import (
@@ -796,12 +796,34 @@ def _process_memory():
     return sum(limits) if limits and all(limits) else MEMORY_LIMIT
 
 
+MEMORY_FALLBACK_SHARE = 0.5
+"""The most of the job's memory (:func:`_process_memory`) that data kept in memory for want of disk room
+(:func:`transit_directory`) may take; beyond it the job stops before the stage (:class:`ScratchSpaceError`)
+instead of running out of memory in it, with the rest of the job's data beside it."""
+
+
+def _refuse_beyond_memory(held_bytes, what, disk_bytes):
+    """Raise :class:`ScratchSpaceError` if ``held_bytes`` (what ``what`` would take in memory) exceed
+    :data:`MEMORY_FALLBACK_SHARE` of the job's memory, the scratch directory lacking the ``disk_bytes`` they need
+    there."""
+    memory = _process_memory()
+    if held_bytes <= MEMORY_FALLBACK_SHARE * memory:
+        return
+    root = transit.scratch_root()
+    raise ScratchSpaceError(
+        f"scratch space for {what}: {disk_bytes / 1e9:.1f} GB needed, {root} has {transit.free_space(root) / 1e9:.1f} "
+        f"GB free; in memory they would take {held_bytes / 1e9:.1f} GB, more than {MEMORY_FALLBACK_SHARE:.0%} of the "
+        f"job's {memory / 1e9:.1f} GB. Free space there, set Dask's temporary-directory (DASK_TEMPORARY_DIRECTORY) "
+        f"to a larger filesystem, or give the workers more memory.")
+
+
 @contextmanager
 def transit_directory(n_rows, cells, wanted=True, what="rows in transit", room=None, held=1.0):
     """A scratch directory for ``n_rows`` rows of ``cells`` 8-byte cells in transit (:func:`solve_blocks`), removed
     on exit; None (the rows travel in memory) when the tasks run in one process and the rows would take at most
     :data:`TRANSIT_MEMORY_SHARE` of the memory, or when a worker (another process: :func:`_unseen_by_workers`)
-    cannot see the directory, or without the disk room for them. Between worker processes the rows go through
+    cannot see the directory, or without the disk room for them if they take at most :data:`MEMORY_FALLBACK_SHARE`
+    of the memory (beyond, :class:`ScratchSpaceError` before the stage). Between worker processes the rows go through
     files whatever their size: in memory they travel between the workers, whose exchanges hold them more than
     once (at 10M rows on 2 worker processes here: 53-56 s and 2.2 GiB a worker in memory, 51 s and 1.3 GiB
     through files; at 1M rows the same time and memory either way; BENCHMARKS.md, fifty-seventh session).
@@ -814,6 +836,8 @@ def transit_directory(n_rows, cells, wanted=True, what="rows in transit", room=N
         yield None
         return
     with transit.scratch(n_bytes, room, what) as path:
+        if path is None:  # no room for them on disk: in memory, if it can hold them
+            _refuse_beyond_memory(held * n_bytes, what, n_bytes * (transit.ROOM if room is None else room))
         unseen = _unseen_by_workers(path) if path else 0
         if unseen:
             log.info("%s kept in memory: %d Dask worker(s) cannot see the scratch directory %s (set Dask's "

@@ -238,6 +238,14 @@ def clean():
         log.info("removed %d scratch directories left by jobs that no longer run under %s", removed, root)
 
 
+def free_space(root):
+    """Bytes free on the filesystem of ``root`` (0 if it cannot be asked)."""
+    try:
+        return shutil.disk_usage(root).free
+    except OSError:
+        return 0
+
+
 @contextmanager
 def scratch(n_bytes, room=None, what="rows in transit"):
     """A scratch directory for ``n_bytes`` of rows in transit, removed on exit; None (the rows stay in memory)
@@ -245,10 +253,7 @@ def scratch(n_bytes, room=None, what="rows in transit"):
     log."""
     room = ROOM if room is None else room
     root = scratch_root()
-    try:
-        free = shutil.disk_usage(root).free
-    except OSError:
-        free = 0
+    free = free_space(root)
     if free < room * n_bytes:
         log.info("%s kept in memory: %s has %.1f GB free, less than %.1f GB", what, root, free / 1e9,
                  room * n_bytes / 1e9)

@@ -2043,6 +2043,54 @@ def test_the_released_pieces_go_through_files_only_when_they_too_would_take_a_te
     assert runs["both"][1] == runs["rows"][1] == runs["none"][1]
 
 
+def test_rows_in_transit_without_disk_room_stay_in_memory_only_if_it_can_hold_them(tmp_path, data, monkeypatch, capsys):
+    """With too little free space in the scratch directory, rows in transit beyond a tenth of the memory stay in
+    memory if they take at most half of it; beyond, the job stops before its blocks stage with exit code 5 and a
+    message that says what they need on disk and in memory and where, and writes nothing (it ran out of memory in
+    the stage before)."""
+    from microagg.jobs import cli
+    from microagg.pipeline import release, transit
+
+    root, df = data
+    n_rows = len(df)
+    rows_bytes = 15 * 8 * n_rows  # 13 QIs, row ids and leaves
+    monkeypatch.setattr(transit, "free_space", lambda root: 1000)
+    monkeypatch.setattr(transit, "scratch_root", lambda: str(tmp_path))
+    args = ["anonymize", "--no-html", "--no-evaluate", str(root / "four"), "--k", "4", *BLOCKED, "--scheduler",
+            "synchronous"]
+    monkeypatch.setattr(release, "_process_memory", lambda: 3 * rows_bytes)  # a third of the memory: kept there
+    assert cli.main(args[:4] + [str(tmp_path / "kept")] + args[4:]) == 0
+    assert json.loads((tmp_path / "kept" / "_report.json").read_text())["rows_in_transit"] == "memory"
+    capsys.readouterr()
+    monkeypatch.setattr(release, "_process_memory", lambda: 1.5 * rows_bytes)  # two thirds: refused
+    assert cli.main(args[:4] + [str(tmp_path / "refused")] + args[4:]) == 5
+    err = capsys.readouterr().err
+    assert err.startswith(f"microagg: error: scratch space for rows in transit: {transit.ROOM * rows_bytes / 1e9:.1f} "
+                          f"GB needed, {tmp_path} has 0.0 GB free; in memory they would take "
+                          f"{rows_bytes / 1e9:.1f} GB"), err
+    assert "more than 50% of the job's" in err and "DASK_TEMPORARY_DIRECTORY" in err
+    assert err.rstrip().endswith("Nothing was written.")
+    assert not (tmp_path / "refused").exists() and not [p for p in os.listdir(tmp_path) if ".microagg-" in p]
+
+
+def test_an_evaluation_whose_qis_fit_neither_on_disk_nor_in_memory_is_refused_before_it_reads_them(
+        tmp_path, monkeypatch):
+    """The evaluation's scratch follows the same rule (its QIs held 2.5 times in memory, 2.5 times on disk)."""
+    from microagg.pipeline import evaluate, release, transit
+    from microagg.pipeline.errors import ScratchSpaceError
+
+    monkeypatch.setattr(transit, "free_space", lambda root: 0)
+    rows, width = 100_000, 13
+    qis = 16 * rows * width
+    monkeypatch.setattr(release, "_process_memory", lambda: 6 * qis)  # 2.5 times the QIs: under half of it
+    with evaluate.scratch_directory(rows, width) as path:
+        assert path is None
+    monkeypatch.setattr(release, "_process_memory", lambda: 4 * qis)
+    with pytest.raises(ScratchSpaceError, match=r"scratch space for both files' QIs: 0\.1 GB needed"):
+        with evaluate.scratch_directory(rows, width):
+            pass
+
+
 def _first(values):
     return float(values[0])
 
