@@ -120,9 +120,10 @@ def scatter_rows(rows, seen, start, block, row_id, group, table):
     that lets the caller check every row was released exactly once). The rows are found by binary search:
     the work is that of the rows in range, however large the piece.
 
-    Row-major, a row's values fill one or two cache lines; written straight into a file's columns (13 of them,
+    Row-major, a row's values fill one or two cache lines. Written straight into a file's columns (13 of them,
     each a stream of its own), every row touched 13 lines, each of them again by the next piece's rows: an
-    output file of 250,000 rows from 128 pieces took 30 ms, and 15 ms so with :func:`transpose_into` after."""
+    output file of 250,000 rows from 128 pieces took 28 ms that way, and 14 ms row-major with
+    :func:`transpose_into` after (BENCHMARKS.md, sixty-third session)."""
     n = rows.shape[0]
     width = table.shape[1]
     a = np.searchsorted(row_id, start)
