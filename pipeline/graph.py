@@ -42,7 +42,9 @@ class Layer:
     """
 
     def __init__(self, prefix):
-        self.name = f"{prefix}-{uuid.uuid4().hex}"
+        token = uuid.uuid4().hex
+        self.name = f"{prefix}-{token}"
+        self._prefix, self._token = prefix, token
         self._tasks = {}
         self._deps = {}
         self._graph = None
@@ -53,17 +55,30 @@ class Layer:
             return TaskRef(value.key)
         return value
 
-    def task(self, tag, func, *args):
-        """Add ``func(*args)`` under the key ``(name, *tag)`` (``tag``: a string, an int or a tuple of
-        them); returns its reference."""
-        key = (self.name, *(tag if isinstance(tag, tuple) else (tag,)))
+    def task(self, tag, func, *args, kind=None):
+        """Add ``func(*args)`` under the key ``(name of its kind, *tag)`` (``tag``: a string, an int or a tuple
+        of them); returns its reference.
+
+        A task's kind is ``kind``, else the tag's first element if that is a string ("route", "solve", ...):
+        the key's first element is the layer's prefix, the kind and the layer's token (``microagg-blocks-solve-
+        <token>``), so that Dask's task prefix, by which the scheduler estimates how long a task will run, is
+        one per kind. Under one prefix, the block tasks' duration was averaged with a thousand getitems' and
+        estimated at a few milliseconds: the scheduler placed them all on the worker holding most of their
+        inputs and never moved them (on two workers, 75 of 128 on one, the other idle for 25 s at 10M rows;
+        BENCHMARKS.md, sixty-third session)."""
+        tag = tag if isinstance(tag, tuple) else (tag,)
+        kind = tag[0] if kind is None else kind
+        name = f"{self._prefix}-{kind}-{self._token}" if isinstance(kind, str) and kind else self.name
+        key = (name, *tag)
         self._tasks[key] = Task(key, func, *(self._arg(a) for a in args))
         return TaskRef(key)
 
     def item(self, ref, index):
         """A task for ``ref[index]`` (a piece of a task's list output), so that a task that needs
-        one piece receives that piece, not the whole list (on a cluster: not the whole transfer)."""
-        return self.task((*ref.key[1:], index), operator.getitem, ref, index)
+        one piece receives that piece, not the whole list (on a cluster: not the whole transfer); of the
+        kind ``<producer's kind>-item``."""
+        producer = ref.key[1] if len(ref.key) > 1 and isinstance(ref.key[1], str) else ""
+        return self.task((*ref.key[1:], index), operator.getitem, ref, index, kind=f"{producer}-item".lstrip("-"))
 
     def exchange(self, tag, producers, n_consumers, merge, direct=None, rows=None, nbytes=None):
         """The pieces each consumer receives from an all-to-all exchange: a list, per consumer, of
@@ -86,8 +101,9 @@ class Layer:
         out = [[] for _ in range(n_consumers)]
         for b, (pa, pb) in enumerate(batches):
             for g, (ca, cb) in enumerate(groups):
-                slices = [self.task((tag, "slice", p, g), _slice, producers[p], ca, cb) for p in range(pa, pb)]
-                merged = self.task((tag, "merge", b, g), _merge_slices, merge, *slices)
+                slices = [self.task((tag, "slice", p, g), _slice, producers[p], ca, cb, kind=f"{tag}-slice")
+                          for p in range(pa, pb)]
+                merged = self.task((tag, "merge", b, g), _merge_slices, merge, *slices, kind=f"{tag}-merge")
                 for c in range(ca, cb):
                     out[c].append(self.item(merged, c - ca))
         return out
