@@ -63,9 +63,9 @@ class Layer:
         the key's first element is the layer's prefix, the kind and the layer's token (``microagg-blocks-solve-
         <token>``), so that Dask's task prefix, by which the scheduler estimates how long a task will run, is
         one per kind. Under one prefix, the block tasks' duration was averaged with a thousand getitems' and
-        estimated at a few milliseconds: the scheduler placed them all on the worker holding most of their
-        inputs and never moved them (on two workers, 75 of 128 on one, the other idle for 25 s at 10M rows;
-        BENCHMARKS.md, sixty-third session)."""
+        estimated at a few milliseconds: the scheduler placed them on the worker holding most of their inputs
+        and never moved them (10M rows on two workers: 34.5 s of block tasks on one, 7.6 s on the other, idle
+        for 25 s; BENCHMARKS.md, sixty-third session)."""
         tag = tag if isinstance(tag, tuple) else (tag,)
         kind = tag[0] if kind is None else kind
         name = f"{self._prefix}-{kind}-{self._token}" if isinstance(kind, str) and kind else self.name
