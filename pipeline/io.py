@@ -9,6 +9,7 @@ import re
 import shutil
 import socket
 import stat
+import tempfile
 import threading
 import time
 import uuid
@@ -1988,7 +1989,7 @@ def prepare_output(output):
     tmp = os.path.join(head, f"{prefix}tmp-{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     os.mkdir(tmp)
     try:
-        _Lease(tmp)
+        Lease(tmp)
         mine = _lease_order(tmp)
         now = os.stat(tmp).st_mtime  # the filesystem's clock
         for entry in sorted(os.listdir(head)):
@@ -2018,18 +2019,11 @@ def _recover_stale(path, tag, host, output, now):
         return
     if kind not in ("tmp", "old"):
         return
-    try:  # the lease's last refresh; without one (not yet made; a moved-aside release), the
-        changed = os.stat(os.path.join(path, LEASE)).st_mtime  # directory's last change, a rename included
-    except OSError:
-        try:
-            changed = os.stat(path).st_ctime
-        except OSError:
-            return  # gone meanwhile
-    if entry_host == host:
-        if job_running(pid, changed):
-            return kind == "tmp"
-    elif now - changed <= LEASE_EXPIRY:
-        return  # another host's job, maybe still running
+    changed = last_sign_of_life(path)
+    if changed is None:
+        return  # gone meanwhile
+    if not job_gone(entry_host, pid, changed, host, now):
+        return kind == "tmp" and entry_host == host  # another host's job may still run: not this host's
     if kind == "old" and not os.path.exists(output):
         log.warning("restoring the previous release %s moved aside by a job that did not finish", output)
         os.rename(path, output)
@@ -2058,6 +2052,43 @@ def job_running(pid, changed):
         return True  # no /proc: the PID is all there is to go by
     state, start = started
     return state != "Z" and start <= changed + CLOCK_SLACK
+
+
+def job_gone(entry_host, pid, changed, host, now):
+    """Whether the job of a directory left on a filesystem that hosts may share (process ``pid`` on ``entry_host``,
+    its lease or the directory last changed at ``changed``) is over: on this ``host``, when
+    :func:`job_running` says so; on another, when the lease was not refreshed for :data:`LEASE_EXPIRY`
+    seconds by the filesystem's clock ``now`` (its PID means nothing here)."""
+    if entry_host == host:
+        return not job_running(pid, changed)
+    return now - changed > LEASE_EXPIRY
+
+
+def last_sign_of_life(path, renamed=True):
+    """When the job of the directory ``path`` last showed it runs: its lease's last refresh; without a lease (not yet
+    made; a moved-aside release; an earlier version's scratch directory) the directory's last change, a rename
+    included (``renamed``: its ctime, else its mtime: what it holds last changed); None if the directory is gone."""
+    for where, when in ((os.path.join(path, LEASE), "st_mtime"), (path, "st_ctime" if renamed else "st_mtime")):
+        try:
+            return getattr(os.stat(where), when)
+        except OSError:
+            continue
+    return None
+
+
+def filesystem_now(directory):
+    """The clock of ``directory``'s filesystem (the mtime of a file just made there), which judges the leases of
+    other hosts' jobs whatever the skew between the hosts' clocks; this host's clock if nothing can be made there."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".microagg-clock-", dir=directory)
+    except OSError:
+        return time.time()
+    try:
+        return os.fstat(fd).st_mtime
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.remove(probe)
 
 
 def _process_start(pid):
@@ -2102,7 +2133,7 @@ def commit_output(tmp, output):
     """Mark ``tmp`` complete and move it to ``output``, replacing a previous release."""
     interrupts.check()  # not once a signal asked the job to stop, even if its exception was dropped
     output = release_path(output)
-    _Lease.end(tmp)
+    Lease.end(tmp)
     try:
         os.remove(os.path.join(tmp, LEASE))
     except FileNotFoundError:
@@ -2129,7 +2160,7 @@ def discard_output(tmp):
     dies meanwhile) and removed under that name: a task still running when the job stopped (a file of
     ``generate`` or of the write being started) then fails to open its file instead of creating it in a
     directory being removed, which made the removal fail and left the directory to the next run."""
-    _Lease.end(tmp)
+    Lease.end(tmp)
     head, name = os.path.split(tmp)
     doomed = os.path.join(head, f"{name.rsplit('-', 1)[0]}-{uuid.uuid4().hex[:12]}")
     try:
@@ -2160,7 +2191,7 @@ def _lease_order(tmp):
         return None
 
 
-class _Lease:
+class Lease:
     """The lease file of a job's temporary directory, refreshed by a daemon thread until ``end``."""
 
     _running = {}

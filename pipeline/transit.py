@@ -9,12 +9,14 @@ directory, cut by key into contiguous ranges, and returns only where each key's 
 (:func:`read_key`). The files go through the page cache, which the kernel writes out and reclaims as it
 needs: the worker's own memory no longer holds them. The scratch directory (:func:`scratch`) lives for
 the stage and is removed after it; one left by a killed job is removed by the next job that starts on
-the host.
+the host, or, on a filesystem several hosts share, by the next job on any host once the dead job's lease is
+an hour old (:func:`remove_stale`).
 """
 
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from contextlib import contextmanager, suppress
@@ -29,7 +31,10 @@ from . import io
 log = logging.getLogger(__name__)
 
 PREFIX = "microagg-transit-"
-"""Scratch directories are named ``PREFIX<pid>-<random>``: the pid tells a later job whether its job still runs."""
+"""Scratch directories are named ``PREFIX<host>-<pid>-<random>`` and hold the job's lease (:class:`pipeline.io.Lease`):
+a later job on the same host tells by the pid whether their job still runs, a job on another host (the directory
+on a filesystem the hosts share) by the lease's age (:func:`pipeline.io.job_gone`). Directories of earlier versions,
+``PREFIX<pid>-<random>``, are judged as this host's."""
 
 PART = ".part-"
 """In the name of a file being written (:func:`_replacing`), before it is renamed to its own."""
@@ -196,32 +201,49 @@ def read_columns(path, n_rows, columns):
 
 
 def remove_files(directory, keep):
-    """Remove the files of ``directory`` whose name does not contain ``keep``."""
+    """Remove the files of ``directory`` whose name does not contain ``keep`` (its job's lease stays)."""
     for name in os.listdir(directory):
-        if keep not in name:
+        if keep not in name and name != io.LEASE:
             os.remove(os.path.join(directory, name))
 
 
 def remove_stale(root):
-    """Remove the scratch directories under ``root`` whose job (its pid, on this host) no longer runs
-    (:func:`pipeline.io.job_running`: gone, a zombie, or a process that started after the directory last
-    changed, as a restarted container's new job with the same pid). Returns how many."""
+    """Remove the scratch directories under ``root`` whose job no longer runs: on this host, its pid gone, a
+    zombie, or a process that started after the directory last changed (as a restarted container's new job with
+    the same pid); on another host sharing the filesystem, its lease not refreshed for
+    :data:`pipeline.io.LEASE_EXPIRY` seconds by that filesystem's clock (:func:`pipeline.io.job_gone`).
+    Returns how many."""
     removed = 0
     try:
-        names = os.listdir(root)
+        names = [name for name in os.listdir(root) if name.startswith(PREFIX)]
     except OSError:
         return 0
+    if not names:
+        return 0
+    host = socket.gethostname()
+    now = io.filesystem_now(root)
     for name in names:
-        pid = name[len(PREFIX):].split("-", 1)[0] if name.startswith(PREFIX) else ""
-        path = os.path.join(root, name)
-        try:
-            changed = os.stat(path).st_mtime
-        except OSError:  # removed meanwhile
+        owner = _owner(name[len(PREFIX):], host)
+        if owner is None:
             continue
-        if pid.isdigit() and not io.job_running(int(pid), changed):
+        path = os.path.join(root, name)
+        changed = io.last_sign_of_life(path, renamed=False)
+        if changed is None:  # removed meanwhile
+            continue
+        if io.job_gone(*owner, changed, host, now):
             shutil.rmtree(path, ignore_errors=True)
             removed += 1
     return removed
+
+
+def _owner(tag, host):
+    """``(host, pid)`` of a scratch directory's job from its name after :data:`PREFIX` (an earlier version's
+    ``<pid>-<random>``: this ``host``'s), or None for a name of another kind."""
+    head, _, _ = tag.rpartition("-")
+    entry_host, _, pid = head.rpartition("-")
+    if not pid.isdigit():
+        return None
+    return (entry_host or host), int(pid)
 
 
 def scratch_root():
@@ -253,14 +275,18 @@ def scratch(n_bytes, room=None, what="rows in transit"):
     log."""
     room = ROOM if room is None else room
     root = scratch_root()
+    with suppress(OSError):  # a directory the deployment names but nothing made yet (/data/scratch on a new volume)
+        os.makedirs(root, exist_ok=True)
     free = free_space(root)
     if free < room * n_bytes:
         log.info("%s kept in memory: %s has %.1f GB free, less than %.1f GB", what, root, free / 1e9,
                  room * n_bytes / 1e9)
         yield None
         return
-    path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root)
+    path = tempfile.mkdtemp(prefix=f"{PREFIX}{socket.gethostname()}-{os.getpid()}-", dir=root)
     try:
+        io.Lease(path)
         yield path
     finally:
+        io.Lease.end(path)
         shutil.rmtree(path, ignore_errors=True)

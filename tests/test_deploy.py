@@ -255,6 +255,26 @@ def test_job_pods_run_their_job_file_on_a_cluster_that_shares_the_release_volume
             f"{where}: the release {output} must be on a volume the job pod and the workers share"
 
 
+def test_job_pods_keep_their_scratch_directory_on_the_volume_their_workers_share():
+    """Every job pod sets Dask's temporary-directory (the job's scratch root: its rows in transit, an evaluation's
+    QIs) to a directory of a volume mounted at the same path in the job pod and in its cluster's workers: the
+    workers then see the job's scratch files and the rows go through them, not through all-to-all exchanges in
+    the workers' memory (projected at 100 workers and 100M rows: about 38 s against about 180-220 s)."""
+    by_address = {f"tcp://{name}-scheduler:8786": spec for _, name, spec in clusters()}
+    job_pods = [(where, pod) for where, role, pod in pod_specs() if role == "job"]
+    assert len(job_pods) >= 2
+    for where, pod in job_pods:
+        (main,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in main.get("env", [])}
+        scratch = env.get("DASK_TEMPORARY_DIRECTORY")
+        assert scratch and os.path.isabs(scratch), f"{where}: no scratch directory on a shared volume"
+        (mounted,) = mounted_job_files(pod)
+        address = tomllib.loads(configmap_text(*mounted))["cluster"]["scheduler"]
+        shared = shared_mounts(pod) & shared_mounts(by_address[address]["worker"]["spec"])
+        assert any(scratch.startswith(m.rstrip("/") + "/") for m in shared), \
+            f"{where}: the scratch directory {scratch} must be on a volume the job pod and the workers share"
+
+
 def test_job_pods_leave_the_job_its_stop_grace_before_the_kubelet_kills_it():
     """A job pod's grace period (the kubelet's SIGKILL after its SIGTERM) is longer than the job's own
     (``MICROAGG_STOP_GRACE``: the job leaves by itself then, with its exit code and one line saying so)."""

@@ -805,7 +805,7 @@ def test_a_job_s_rows_in_transit_go_with_its_unwinding_or_after_a_kill_with_the_
         job = Job("anonymize", source, out, "--k", 5, *OPTIONS, program=program, env=env)
         try:
             job.wait_for(through_files, "rows in transit through files", timeout=120)
-            assert transit_dirs() == [e for e in transit_dirs() if e.startswith(f"microagg-transit-{job.proc.pid}-")]
+            assert transit_dirs() == [e for e in transit_dirs() if e.startswith(f"microagg-transit-{socket.gethostname()}-{job.proc.pid}-")]
             assert len(transit_dirs()) == 1
             job.signal(sig)
             assert job.finish(timeout=60) == code
@@ -838,7 +838,7 @@ def test_an_evaluation_s_scratch_files_go_with_its_unwinding_or_after_a_kill_wit
         job = Job("evaluate", source, release, *qi, "--report", report, program=program, env=env)
         try:
             job.wait_for(stage("columns", "started"), "the columns stage", timeout=120)
-            assert [e for e in transit_dirs() if e.startswith(f"microagg-transit-{job.proc.pid}-")] == transit_dirs()
+            assert [e for e in transit_dirs() if e.startswith(f"microagg-transit-{socket.gethostname()}-{job.proc.pid}-")] == transit_dirs()
             assert len(transit_dirs()) == 1
             job.signal(sig)
             assert job.finish(timeout=60) == code

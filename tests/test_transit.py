@@ -1,13 +1,15 @@
 """Rows in transit through files (pipeline.transit): written cut by key, read back by key."""
 
 import os
+import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
-from microagg.pipeline import transit
+from microagg.pipeline import io, transit
 
 
 def _rows(rng, n, width):
@@ -84,7 +86,7 @@ def test_the_scratch_directory_goes_on_exit_and_one_left_by_a_job_that_no_longer
         assert not left.exists() and not reused.exists() and running.exists() and other.exists()
         with transit.scratch(1000) as path:
             assert os.path.dirname(path) == str(tmp_path) and os.path.basename(path).startswith(
-                f"{transit.PREFIX}{os.getpid()}-")
+                f"{transit.PREFIX}{socket.gethostname()}-{os.getpid()}-")
             with open(os.path.join(path, "part"), "wb") as f:
                 f.write(b"rows")
         assert not os.path.exists(path)
@@ -92,6 +94,68 @@ def test_the_scratch_directory_goes_on_exit_and_one_left_by_a_job_that_no_longer
         with transit.scratch(1000) as path:
             assert path is None
     assert running.exists() and other.exists()
+
+
+def test_a_scratch_directory_of_another_host_goes_only_once_its_lease_is_an_hour_old(tmp_path):
+    """A scratch root that hosts share (Dask's temporary-directory on NFS, for workers on several hosts): another
+    host's job cannot be checked by its pid, which means nothing here, so its directory stays while its lease is
+    refreshed and goes once the lease is older than io.LEASE_EXPIRY by the filesystem's clock. This host's
+    directories are still judged by their pid, whichever host the name gives."""
+    import dask
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    gone = int(dead.stdout)  # no such process here
+    host = socket.gethostname()
+    live = tmp_path / f"{transit.PREFIX}other-host-7-{gone}-abc"  # another host's job, its lease fresh
+    expired = tmp_path / f"{transit.PREFIX}other-host-7-{os.getpid()}-def"  # another host's, its lease stale
+    mine_dead = tmp_path / f"{transit.PREFIX}{host}-{gone}-ghi"  # this host's killed job
+    mine_running = tmp_path / f"{transit.PREFIX}{host}-{os.getppid()}-jkl"
+    for d in (live, expired, mine_dead, mine_running):
+        d.mkdir()
+        (d / io.LEASE).write_text(f"{host} 1 0.0\n")
+    (tmp_path / "clock").write_bytes(b"")
+    now = (tmp_path / "clock").stat().st_mtime  # the filesystem's clock
+    (tmp_path / "clock").unlink()
+    os.utime(live / io.LEASE, (now - io.LEASE_EXPIRY + 60, now - io.LEASE_EXPIRY + 60))
+    os.utime(expired / io.LEASE, (now - io.LEASE_EXPIRY - 60, now - io.LEASE_EXPIRY - 60))
+    with dask.config.set({"temporary-directory": str(tmp_path)}):
+        transit.clean()
+    assert live.exists() and mine_running.exists()
+    assert not expired.exists() and not mine_dead.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".microagg-clock-")] == []  # the clock's probe
+
+
+def test_a_running_job_s_scratch_directory_holds_its_refreshed_lease_which_its_own_cleanups_keep(tmp_path,
+                                                                                               monkeypatch):
+    import dask
+
+    monkeypatch.setattr(io, "LEASE_REFRESH", 0.05)
+    with dask.config.set({"temporary-directory": str(tmp_path)}):
+        with transit.scratch(1000) as path:
+            lease = os.path.join(path, io.LEASE)
+            assert open(lease).read().split()[:2] == [socket.gethostname(), str(os.getpid())]
+            os.utime(lease, (0, 0))
+            deadline = time.monotonic() + 30
+            while os.stat(lease).st_mtime == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert os.stat(lease).st_mtime > 0  # refreshed while the job runs
+            open(os.path.join(path, "rows-0"), "wb").close()
+            open(os.path.join(path, "released-0"), "wb").close()
+            transit.remove_files(path, keep="released")
+            assert sorted(os.listdir(path)) == sorted([io.LEASE, "released-0"])
+        assert not os.path.exists(path)
+
+
+def test_a_scratch_root_not_made_yet_is_made(tmp_path):
+    """A deployment names the scratch root on a new volume (deploy/kubernetes: /data/scratch): the job makes it
+    rather than keeping the rows in memory for want of a directory."""
+    import dask
+
+    root = tmp_path / "volume" / "scratch"
+    with dask.config.set({"temporary-directory": str(root)}):
+        with transit.scratch(1000) as path:
+            assert path is not None and os.path.dirname(path) == str(root)
 
 
 def test_the_scratch_directory_goes_when_the_stage_fails(tmp_path):
