@@ -313,7 +313,7 @@ def column_statistics(ddf, qi, weights=None, strata=(), missing="error", shape=N
     swallowed by a quote left open (:func:`pipeline.io.swallowed_rows`).
     """
     parts = io.compute_reading(*[dask.delayed(_partition_sums)(p, qi, weights, tuple(strata), shape)
-                                 for p in ddf.to_delayed()])
+                                 for p in parts_of(ddf)])
     swallowed = [p[9] for p in parts if p[9][0]]
     if swallowed:
         raise io.swallowed_error(sum(c for c, _, _ in swallowed), *swallowed[0][1:])
@@ -359,6 +359,37 @@ def with_row_ids(ddf, lengths):
     return ddf.map_partitions(_attach_row_id, offsets, np.asarray(lengths, dtype=np.int64), meta=meta)
 
 
+UNTUNED = {"optimization.tune.active": False}
+"""Dask's optimizer without its tuning pass, for the graphs of the input's passes: tuned, a read of only some
+columns has its partitions fused by the share of the columns it reads (dask-expr's ``FusedParquetIO``: the 10M
+extract's 10 partitions became 3 for its 3 non-QI columns), and the row ids are positions within the
+partitions. Untuned, every pass can read only the columns it needs (:func:`projected`) over the same partitions;
+each partition's row count is checked against the statistics pass's all the same (:func:`with_row_ids`)."""
+
+
+def projected(ddf, columns):
+    """The columns ``columns`` of ``ddf`` (in ``ddf``'s order), for a pass that needs only those: optimized
+    :data:`UNTUNED` (:func:`parts_of`, :func:`draw_sample`), the read reads only them, partitioned as the whole."""
+    wanted = set(columns)
+    keep = [c for c in ddf.columns if c in wanted]
+    return ddf if len(keep) == len(ddf.columns) else ddf[keep]
+
+
+def write_columns(columns, qi, dropped=()):
+    """The input's columns the write reads (:func:`restore_order`): all but the QIs, whose released values
+    replace theirs, and the ``dropped`` identifiers (a CSV input's are read; a Parquet input's never are); one QI
+    if nothing else is left (a read of no column would not know its rows)."""
+    skipped = set(qi) | set(dropped)
+    rest = [c for c in columns if c not in skipped]
+    return rest or [next(c for c in columns if c in set(qi))]
+
+
+def parts_of(ddf):
+    """``ddf.to_delayed()``, optimized :data:`UNTUNED`: a projected read keeps its partitions."""
+    with dask.config.set(UNTUNED):
+        return ddf.to_delayed()
+
+
 # --- stage 3: sample, split tree, blocks, kernels, stitching ----------------------------------------
 
 def _sample_rows(part, columns, seed, threshold):
@@ -374,7 +405,8 @@ def draw_sample(frame, qi, n_rows, options):
     fraction, threshold = blocking.sample_plan(n_rows, options.block_size, options.sample_rows)
     columns = [ROW_ID, *qi, *options.strata]
     meta = frame._meta[columns]
-    sample = frame.map_partitions(_sample_rows, columns, options.seed, threshold, meta=meta).compute()
+    with dask.config.set(UNTUNED):
+        sample = frame.map_partitions(_sample_rows, columns, options.seed, threshold, meta=meta).compute()
     return fraction, sample.sort_values(ROW_ID, kind="stable")
 
 
@@ -715,7 +747,7 @@ def solve_blocks(frame, qi, n_rows, mean, std, options, strata=None, first_colum
                         release_files=np.asarray(file_divisions(n_rows, options.rows_per_file)[:-1], dtype=np.int64)
                         if transit_dir and release_files else None))
     columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
-    parts = frame[columns].to_delayed()
+    parts = parts_of(frame[columns])
     shared = _shares_outputs(n_rows, len(qi))
     if transit_dir:  # the routed rows through files, not memory: every task reads its own from them
         routed = [layer.task(("route", i), _route_to_file, part, job, os.path.join(transit_dir, f"{layer.name}-{i}"))
@@ -956,7 +988,7 @@ def solve_sequence(frame, qi, n_rows, mean, std, options, strata=None, first_col
     columns = [ROW_ID, *qi] + ([options.weights] if options.weights else []) + list(options.strata)
     layer = graph.Layer("microagg-sequence")
     routed = [layer.task(("route", i), _route_sequence, part, job, splitters, n_buckets)
-              for i, part in enumerate(frame[columns].to_delayed())]
+              for i, part in enumerate(parts_of(frame[columns]))]
     inbound = layer.exchange("rows", routed, n_buckets, partial(sequence.concat, width=len(qi)), rows=n_rows)
     buckets = layer.delayed([layer.task(("sort", b), sequence.sort_bucket, len(qi), options.method, direction,
                                         *inbound[b]) for b in range(n_buckets)])
@@ -1077,7 +1109,7 @@ def solve_mic1d(frame, qi, n_rows, mean, std, options, strata=None, first_column
     # cluster every input is freed as soon as its last consumer has run (at 10M rows a copy of the
     # cells in transit is 5 GB).
     buckets = _sorted_buckets("value", [(_route_mic1d, part, job, split, n_buckets)
-                                        for part in frame[columns].to_delayed()], n_buckets, total)
+                                        for part in parts_of(frame[columns])], n_buckets, total)
     _wait(buckets)
     stretches = _stretches(buckets, bounds, k, merge)
     lows = [lo for lo, _, _ in stretches]
@@ -1353,14 +1385,15 @@ def _pseudonyms(column, key):
     return pd.array(out, dtype="string")
 
 
-def _replace_qis(original, released, qi, identifiers, key=None, where=None):
+def _replace_qis(original, released, qi, identifiers, key=None, where=None, order=None):
     """Input rows with their released QI values; identifiers dropped or pseudonymised; with
-    ``where``, only the rows whose released values meet it (whole groups)."""
+    ``where``, only the rows whose released values meet it (whole groups). ``order``: the input's columns
+    in order (default ``original``'s), of which ``original`` needs only those that are no QI."""
     if not original.index.equals(released.index):
         raise ReleaseGateError("released rows do not match the input rows by row id; nothing written")
     released_qi, ids = set(qi), set(identifiers)
     columns = {}
-    for name in original.columns:  # one new frame over the columns: no block splitting or copies
+    for name in order or original.columns:  # one new frame over the columns: no block splitting or copies
         if name in released_qi:
             columns[name] = released[name].to_numpy()
         elif name not in ids:
@@ -1619,11 +1652,14 @@ def _workers_see(path):
                          "filesystem; or an object store URL for the input). Nothing was written.")
 
 
-def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None, where=None, filed=False, k=2):
+def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=None, where=None, filed=False, k=2,
+                  order=None):
     """The released frame: input rows in input order with QIs replaced, identifiers dropped (or
     pseudonymised with the HMAC ``key``), only the rows meeting ``where`` if given. ``released``: one
     ``(column positions, delayed Released pieces)`` pair per attribute block (``filed``: :class:`FiledRelease`
-    pieces). ``lengths``: of the frame's partitions, none of them empty. ``k``: the pieces' smallest group."""
+    pieces). ``lengths``: of the frame's partitions, none of them empty. ``k``: the pieces' smallest group.
+    ``order``: the input's columns in order, when ``frame`` holds only some (:func:`write_columns`: the QIs'
+    input values are not read again)."""
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     in_div = tuple(int(o) for o in offsets) + (n_rows - 1,)
     out_div = file_divisions(n_rows, rows_per_file)
@@ -1631,17 +1667,18 @@ def restore_order(frame, released, lengths, qi, ids, n_rows, rows_per_file, key=
     # each file's released values are scattered in the task that writes them into its input rows: as a
     # task of their own, needing only the persisted pieces, they were ready at once and ran ahead of the
     # input's reading (at 10M rows with the input re-read, 31 files' values waited at once: 0.8 GB)
-    _, files = _per_file(released, n_rows, rows_per_file, _replaced, tuple(qi), tuple(ids), key, where,
-                         inputs=original.to_delayed(), filed=filed, k=k)
-    meta = _replace_qis(original._meta, _assemble(0, 0, tuple(qi), ()), qi, ids, key, where)
+    order = tuple(order or original.columns)
+    _, files = _per_file(released, n_rows, rows_per_file, _replaced, tuple(qi), tuple(ids), key, where, order,
+                         inputs=parts_of(original), filed=filed, k=k)
+    meta = _replace_qis(original._meta, _assemble(0, 0, tuple(qi), ()), qi, ids, key, where, order)
     with dask.config.set({"dataframe.convert-string": False}):  # an object column (lists, structs) stays as read
         return dd.from_delayed(files, meta=meta, divisions=out_div, verify_meta=False)
 
 
-def _replaced(original, start, stop, qi, ids, key, where, slots, *pieces):
+def _replaced(original, start, stop, qi, ids, key, where, order, slots, *pieces):
     """:func:`_replace_qis` of one output file's input rows (``original``, row ids ``start..stop-1``) with
     their released values, scattered from the pieces (:func:`_assemble`)."""
-    return _replace_qis(original, _assemble(start, stop, qi, slots, *pieces), qi, ids, key, where)
+    return _replace_qis(original, _assemble(start, stop, qi, slots, *pieces), qi, ids, key, where, order)
 
 
 def real_anonymity(released, width, n_rows, rows_per_file, subsets, filed=False):
@@ -1797,14 +1834,16 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
             raise InputError("hashing identifiers needs --identifiers to name them")
     with timings.stage("statistics"):
         # Every later stage derives from this one frame: the row ids are positions within its
-        # partitions, and a different expression of the same input (a column projection, say)
-        # may be partitioned differently by Dask's optimizer. On a cluster the input is read once
+        # partitions, which a column projection keeps only when Dask's optimizer runs untuned, as it
+        # does for every pass's read (UNTUNED, parts_of). On a cluster the input is read once
         # and kept in memory (spilled if need be) for every pass, the final write included.
         # (Local schedulers re-read: persisting a Parquet read there loses partitions in dask 2026.8.)
         # Not waited for: a partition's sums run as soon as it is read, beside the last reads.
         source = dask.persist(ddf)[0] if _client() is not None and keep_input else ddf
+        solving = [*qi, *([options.weights] if options.weights else []), *options.strata]  # what the solve reads
         n_rows, mean, std, lengths, covariance, evidence, missing, lo, hi, complete = column_statistics(
-            source, qi, options.weights, options.strata, options.missing, row_check)
+            source if row_check else projected(source, solving),  # a CSV row's shape is checked on all its fields
+            qi, options.weights, options.strata, options.missing, row_check)
         from . import report as report_page  # imported aside meanwhile (or waits for that import to end)
 
         edges = report_page.histogram_edges(lo, hi)  # the report's histograms: the original's range
@@ -1819,10 +1858,14 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         strata = (plan_strata(options.strata, evidence, qi, mean, std, -(-options.k // width), options.small_strata)
                   if options.strata else None)
         source, lengths = _without_empty_partitions(source, lengths)
-        frame = with_row_ids(source, lengths)
+        frame = with_row_ids(projected(source, solving), lengths)  # the sample's and the blocks' columns
+        dropped = () if options.hash_identifiers else ids
+        rest = with_row_ids(projected(source, write_columns(source.columns, qi, dropped)), lengths)  # the write's
+        order = tuple(source.columns)
     if mic1d.is_mic1d(options.method):
         return _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, starts, n_rows, mean, std,
-                            covariance, lengths, strata, np.where(constant, lo, np.nan), edges, complete)
+                            covariance, lengths, strata, np.where(constant, lo, np.nan), edges, complete,
+                            (rest, order))
     by_tree = not sequence.is_sequence(options.method)
     cells = len(qi) + (2 + bool(options.weights)) * len(blocks)  # QI values, row ids, leaves (and weights)
     released_cells = 2 * len(blocks) + len(qi) / options.k  # row ids, groups; tuples of k rows or more
@@ -1849,8 +1892,8 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         # the release's graph is built while the workers solve (it is computed only after the gate)
         key = identifier_key if options.hash_identifiers else None
         by_block = [(range(starts[b], starts[b + 1]), pieces) for b, pieces in enumerate(readable)]
-        released = restore_order(frame, by_block, lengths, qi, ids, n_rows, options.rows_per_file, key,
-                                 options.release_where, release_files, options.k)
+        released = restore_order(rest, by_block, lengths, qi, ids, n_rows, options.rows_per_file, key,
+                                 options.release_where, release_files, options.k, order)
         _wait(flat)
         if release_files:  # the rows in transit are solved: only the released pieces' files are read again
             transit.remove_files(transit_dir, keep=RELEASED_FILE)
@@ -1978,11 +2021,12 @@ def _mic1d_data(totals, vectors, fixed, edges, n_rows):
 
 
 def _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, starts, n_rows, mean, std, covariance,
-                 lengths, strata, fixed, edges=None, complete=0):
+                 lengths, strata, fixed, edges=None, complete=0, write=None):
     """:func:`build_release` for Mic1D-k: every attribute block's (by default all QIs') varying columns
     vectorized and protected on their own, its constant columns released as they are (``fixed``: their
     value, NaN for the others); the gate checks the runs; the report gives k' for the whole record,
-    each block and each QI."""
+    each block and each QI. ``write``: ``(frame, column order)`` the write reads (default ``frame``, all of
+    the input's columns)."""
     from .. import __version__
 
     merge = mic1d.merge_of(options.method_options)
@@ -2065,7 +2109,8 @@ def _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, start
     report["summary"] = _data_summary(qi, edges, _mic1d_data(totals, vectors, fixed, edges, n_rows), n_rows,
                                       complete, covariance, comoment)
     key = identifier_key if options.hash_identifiers else None
-    released = restore_order(frame, by_column, lengths, qi, ids, n_rows, options.rows_per_file, key, None)
+    rest, order = write or (frame, None)
+    released = restore_order(rest, by_column, lengths, qi, ids, n_rows, options.rows_per_file, key, None, order=order)
     return released, report
 
 
