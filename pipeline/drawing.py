@@ -147,7 +147,8 @@ def start(input_bytes):
 
 def serve():
     """The helper's side: lowest CPU priority, matplotlib imported, then one reply per request until its
-    input ends. Its standard output carries the replies only (anything printed goes to its standard error)."""
+    input ends, when it exits at once (status 0, without the interpreter's teardown). Its standard output
+    carries the replies only (anything printed goes to its standard error)."""
     channel = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -179,3 +180,8 @@ def serve():
             reply = ("error", traceback.format_exc())
         pickle.dump(reply, channel, protocol=pickle.HIGHEST_PROTOCOL)
         channel.flush()
+    # Out at once: the interpreter's teardown (matplotlib's modules, the reading thread) took more than the
+    # second :meth:`PageHelper.close` waits for a helper at the lowest priority when the cores are busy, and the
+    # helper was killed; it has nothing left to write or close.
+    sys.stderr.flush()
+    os._exit(0)

@@ -68,6 +68,21 @@ def test_a_large_jobs_page_is_drawn_by_its_helper(tmp_path, helpers, beside):
     assert rep["html"] == str(tmp_path / ("report.html" if beside else "out/_report.html"))
 
 
+def test_a_helper_leaves_at_the_end_of_its_input_without_the_interpreter_s_teardown(tmp_path, monkeypatch,
+                                                                                   census_report):
+    """Its teardown (matplotlib's modules, its reading thread) took more than the second ``close`` waits for a
+    helper at the lowest priority on busy cores, which was then killed: an exit hook of the helper's interpreter,
+    which would make a file, shows whether the teardown runs."""
+    mark = tmp_path / "torn-down"
+    monkeypatch.setattr(drawing, "_BOOT", f"import atexit; atexit.register(open, {str(mark)!r}, 'w'); "
+                                          + drawing._BOOT)
+    helper = drawing.PageHelper()
+    assert helper.page(census_report) is not None
+    helper._process.stdin.close()
+    assert helper._process.wait() == 0  # left by itself, with success
+    assert not mark.exists()
+
+
 @pytest.mark.parametrize("when", ["before-its-figures", "before-its-page"])
 def test_a_helper_that_dies_leaves_the_page_to_the_job(tmp_path, helpers, monkeypatch, caplog, when):
     draw = drawing.PageHelper.draw
