@@ -34,9 +34,11 @@ HELPER_INPUT_BYTES = 32 << 20
 drawn by a :class:`PageHelper`: below, a job is over in seconds and the helper's start (an interpreter
 importing matplotlib, about 2 s of one core) would cost more than it saves."""
 
-PAGE_TIMEOUT = 120.0
-"""Seconds this process waits for the helper's page before it renders the page itself (the helper
-renders one in about 2 s; only a helper stuck or starved of CPU takes longer)."""
+PAGE_TIMEOUT = 20.0
+"""Seconds this process waits for the helper's page before it renders the page itself (the helper renders one in
+about 2 s; only a helper stuck or starved of CPU takes longer). At the lowest priority, with both cores kept busy
+by two other processes, a helper gave no page within 120 s (BENCHMARKS.md, sixty-fifth session); the job's own
+render takes a few seconds."""
 
 _BOOT = ("import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
          "from microagg.pipeline.drawing import serve; serve()")
