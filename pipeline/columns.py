@@ -470,17 +470,25 @@ def _sum_counts(*counts):
 
 def _bin_values(pair, edges, wanted):
     """Per file and column, the piece's distinct values in the bins ``wanted[side][j]`` (ascending) and
-    their counts."""
+    their counts. The values are picked unsorted (:func:`within`): sorting every column of every piece a
+    second time, after :func:`_bin_counts`, took a third of the exact columns' CPU time at 10M rows."""
     out = []
     for side in (0, 1):
         per_column = []
-        for j, (x, e) in enumerate(zip(_sorted_columns(pair, side, edges[side]), edges[side])):
+        for j, (x, e) in enumerate(zip(pair.columns(side, range(len(edges[side]))), edges[side])):
             lo, hi = _bounds(e, wanted[side][j])
-            x = np.concatenate([x[a:b] for a, b in zip(np.searchsorted(x, lo, side="left"),
-                                                       np.searchsorted(x, hi, side="left"))])
-            per_column.append(np.unique(x, return_counts=True))
+            per_column.append(np.unique(x[within(x, lo, hi)] + 0.0, return_counts=True))
         out.append(per_column)
     return out
+
+
+def within(x, lo, hi):
+    """Whether each value of ``x`` lies in one of the ranges ``[lo[i], hi[i])`` (ascending and disjoint; a
+    range may end where the next starts): a search among the few ranges' starts, not a sort of ``x``."""
+    at = np.searchsorted(lo, x, side="right") - 1  # the last range that starts at or below the value
+    inside = at >= 0
+    inside[inside] = x[inside] < hi[at[inside]]
+    return inside
 
 
 def quantiles_of(pairs, n, quantiles, marks, bins=SELECTION_BINS, fan_in=32, sides=(0, 1)):

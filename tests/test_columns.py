@@ -165,3 +165,17 @@ def test_distinct_sorted_of_a_bucket_s_size_is_numpys_unique(repeats):
     rng.shuffle(values)
     for mine, numpy in zip(columns.distinct_sorted(values), np.unique(values, return_inverse=True, return_counts=True)):
         np.testing.assert_array_equal(mine, numpy.reshape(-1))
+
+
+@settings(deadline=None, max_examples=100)
+@given(hnp.arrays(np.float64, st.integers(0, 200), elements=st.sampled_from([0.0, -0.0, 1.0, 2.0, 2.5, 3.0, -1.0,
+                                                                             np.inf, -np.inf])),
+       st.lists(st.integers(0, 6), unique=True, max_size=7).map(sorted))
+def test_values_within_bins_are_those_a_comparison_with_each_bin_finds(x, bins):
+    """:func:`pipeline.columns.within`, which picks the values of the quantiles' wanted bins: adjacent bins, a
+    value on a bin's edge, the first and the last (open) bins, a negative zero."""
+    lo, hi = columns._bounds(np.array([-1.0, 0.0, 1.0, 2.0, 3.0, 4.0]), np.array(bins, dtype=np.int64))
+    want = np.zeros(len(x), dtype=bool)
+    for a, b in zip(lo, hi):
+        want |= (x >= a) & (x < b)
+    np.testing.assert_array_equal(columns.within(x, lo, hi), want)
