@@ -13,6 +13,9 @@ from test_report import IMG, PLOTS
 from microagg.pipeline import drawing, release
 
 BROKEN = {"summary": {"group_sizes": {"sizes": "x"}}}  # render_html raises on it (KeyError: counts)
+PATIENCE = 300.0
+"""Seconds the tests wait for a helper's page: at the lowest priority on cores the suite's other tests keep busy, a
+helper may take longer than a job waits for it (``drawing.PAGE_TIMEOUT``), which these tests do not measure."""
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +35,7 @@ def helpers(monkeypatch):
             super().__init__()
             started.append(self)
 
-        def page(self, report, timeout=drawing.PAGE_TIMEOUT):
+        def page(self, report, timeout=PATIENCE):
             self.given = super().page(report, timeout)
             return self.given
 
@@ -47,7 +50,7 @@ def test_the_helpers_page_is_the_page_this_process_renders(census_report):
     helper = drawing.PageHelper()
     try:
         helper.draw({key: value for key, value in census_report.items() if key != "timings"})
-        page = helper.page(census_report)
+        page = helper.page(census_report, PATIENCE)
     finally:
         helper.close()
     assert helper.failure is None
@@ -77,7 +80,7 @@ def test_a_helper_leaves_at_the_end_of_its_input_without_the_interpreter_s_teard
     monkeypatch.setattr(drawing, "_BOOT", f"import atexit; atexit.register(open, {str(mark)!r}, 'w'); "
                                           + drawing._BOOT)
     helper = drawing.PageHelper()
-    assert helper.page(census_report) is not None
+    assert helper.page(census_report, PATIENCE) is not None
     helper._process.stdin.close()
     assert helper._process.wait() == 0  # left by itself, with success
     assert not mark.exists()
@@ -110,7 +113,7 @@ def test_a_helper_that_dies_leaves_the_page_to_the_job(tmp_path, helpers, monkey
 def test_a_helper_that_raises_leaves_the_page_to_the_job():
     helper = drawing.PageHelper()
     try:
-        assert helper.page(BROKEN) is None
+        assert helper.page(BROKEN, PATIENCE) is None
     finally:
         helper.close()
     assert helper.failure == "it raised: KeyError: 'counts'"
