@@ -20,6 +20,7 @@
     .venv/bin/python tests/benchmarks/bench_pipeline.py ties --rows 1000000 --methods mdav,auto --runs 2
     .venv/bin/python tests/benchmarks/bench_pipeline.py tree --rows 10M,100M
     .venv/bin/python tests/benchmarks/bench_pipeline.py fanin --rows 10M,30M [--repeat 3]
+    .venv/bin/python tests/benchmarks/bench_pipeline.py keeping --rows 10000000 --runs 3
 
 ``inprocess``: the blocked path in this process, against global in-memory MDAV on the same 100k x 13
 rows, k=5 (information loss and seconds): in memory without Dask (``microagg.partition(...,
@@ -109,6 +110,11 @@ and 100k rows, blocks of 500, 1,000 and 2,500 rows, k = 3, 5 and 10. The IL of e
 ``cpu``: the CLI end to end with the kernels compiled for the host's CPU (Numba's default), for a
 generic x86-64 CPU and for x86-64-v3 (deploy/'s default), each in a Numba cache of its own: seconds,
 the ratio to the host's code, and whether the releases are the same bytes.
+
+``keeping``: what the default cluster's memory costs in time: ``microagg anonymize`` with the input kept in
+memory, re-read by every pass, and re-read with the rows in transit and the released pieces through files
+whatever their size (``release.TRANSIT_MEMORY_SHARE = 0``), alternated ``--runs`` times: seconds, stages, CPU,
+peak RSS, IL and the release's digest (the same bytes every way).
 
 ``fanin``: the scheduler's cost alone of the one-process job's fan-ins (every output file's task needs
 every released piece; every block task every routing task's output), at the default job's shapes for
@@ -339,12 +345,13 @@ def _cost():
                     None if steal is None or steal_after is None else steal_after - steal))
 
 
-def _anonymize(args, source, release, workers, threads, *extra, env=None, digest=False):
-    """``microagg anonymize`` on ``source`` in a subprocess (environment ``env``, default this one's):
-    ``(seconds, report)``; the report also holds ``bench_cost``, the run's :class:`Cost`, and with
-    ``digest`` ``release_digest``, the SHA-256 of the release's Parquet files. The release is removed."""
+def _anonymize(args, source, release, workers, threads, *extra, env=None, digest=False, command=None):
+    """``microagg anonymize`` on ``source`` in a subprocess (environment ``env``, default this one's; ``command``:
+    what runs ``microagg``, default its console script): ``(seconds, report)``; the report also holds
+    ``bench_cost``, the run's :class:`Cost`, and with ``digest`` ``release_digest``, the SHA-256 of the release's
+    Parquet files. The release is removed."""
     t = time.perf_counter()
-    cmd = [str(BIN / "microagg"), "anonymize", str(source), str(release), "--k", str(args.k),
+    cmd = [*(command or [str(BIN / "microagg")]), "anonymize", str(source), str(release), "--k", str(args.k),
            "--identifiers", "person_id", "--qi", ",".join(QI), "--workers", str(workers),
            "--threads-per-worker", str(threads), "--processes" if args.processes else "--no-processes",
            "--memory-limit", args.memory_limit, "--refine", args.refine, "--stitch", args.stitch, *_evaluation(args),
@@ -673,6 +680,37 @@ def _disk_needed(rows, cached):
 
 def _gib(values):
     return ", ".join(f"{v / 2**30:.2f}" for v in values)
+
+
+KEEPING = {
+    "kept": "",
+    "re-read": "r._fits_in_memory = lambda size: False",
+    "files": "r._fits_in_memory = lambda size: False; r.TRANSIT_MEMORY_SHARE = 0.0",
+}
+"""``keeping`` mode's variants: what the job's process sets in :mod:`pipeline.release` before it runs."""
+
+
+def keeping(args):
+    """The default cluster's memory against its time: the input kept in memory (forced), re-read by every pass,
+    and re-read with the rows in transit and the released pieces through files whatever their size."""
+    from microagg.jobs.cluster import local_shape
+
+    source = make_extract(args.rows, Path(args.data or tempfile.gettempdir()) / "microagg-bench")
+    workers, threads = local_shape(args.processes, args.workers, args.threads_per_worker)
+    print(f"{args.rows:,} rows x 13 QIs, k={args.k}; {workers} worker(s) x {threads} thread(s); variants alternated, "
+          f"{args.runs} run(s) each\n")
+    print("| variant | run | seconds | statistics / blocks / write s | CPU | peak RSS per worker GiB | IL % | release |")
+    print("| --- | ---: | ---: | --- | --- | --- | ---: | --- |")
+    for run in range(args.runs):
+        for label, setting in KEEPING.items():
+            setting = setting or "r._fits_in_memory = lambda size: True"
+            command = [sys.executable, "-c", f"import microagg.pipeline.release as r; {setting}; "
+                                             "from microagg.jobs.cli import console; console()"]
+            total, report = _anonymize(args, source, Path(source).parent / f"release-{label}", workers, threads,
+                                       digest=True, command=command)
+            stages = " / ".join(f"{report['timings'].get(s, 0):.1f}" for s in ("statistics", "blocks", "write"))
+            print(f"| {label} | {run + 1} | {total:.2f} | {stages} | {report['bench_cost']} | {_peak(report):.2f} | "
+                  f"{report['information_loss']:.4f} | {report['release_digest'][:16]} |", flush=True)
 
 
 def sweep(args):
@@ -1343,7 +1381,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("inprocess", "scale", "sweep", "methods", "modes", "blocking", "stream",
                                          "evaluate", "quality", "floors", "small", "cpu", "files", "csv", "quotes",
-                                         "ties", "tree", "zeros", "fanin"))
+                                         "ties", "tree", "zeros", "fanin", "keeping"))
     parser.add_argument("--dld-records", type=int, default=None,
                         help="evaluate mode: the linkage sample (default: the release's, 1,000,000)")
     parser.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
@@ -1386,7 +1424,7 @@ def main():
     {"inprocess": inprocess, "scale": scale, "sweep": sweep, "methods": methods, "modes": modes,
      "blocking": blocking, "stream": stream, "evaluate": evaluation, "quality": quality,
      "floors": floors, "small": small, "cpu": cpu, "files": files, "csv": csv_types, "quotes": quotes,
-     "ties": ties, "tree": tree, "zeros": zeros, "fanin": fanin}[args.mode](args)
+     "ties": ties, "tree": tree, "zeros": zeros, "fanin": fanin, "keeping": keeping}[args.mode](args)
 
 
 if __name__ == "__main__":
