@@ -75,6 +75,7 @@ bench: $(BENCHSTAMP)
 	$(BIN)/python tests/benchmarks/bench_pipeline.py sweep --rows 1000000,10000000,30000000
 	$(BIN)/python tests/benchmarks/bench_pipeline.py sweep --rows 1000000,10000000 --processes --memory-limit 1.5GiB
 	$(BIN)/python tests/benchmarks/bench_pipeline.py sweep --rows 1000000,10000000,30000000 --processes --memory-limit 4GiB
+	$(BIN)/python tests/benchmarks/bench_pipeline.py keeping --rows 10000000 --runs 2
 	$(BIN)/python tests/benchmarks/project_workers.py --rows 1M,10M
 
 clean:
