@@ -683,7 +683,7 @@ def _gib(values):
 
 
 KEEPING = {
-    "kept": "",
+    "kept": "r._fits_in_memory = lambda size: True",
     "re-read": "r._fits_in_memory = lambda size: False",
     "files": "r._fits_in_memory = lambda size: False; r.TRANSIT_MEMORY_SHARE = 0.0",
 }
@@ -703,7 +703,6 @@ def keeping(args):
     print("| --- | ---: | ---: | --- | --- | --- | ---: | --- |")
     for run in range(args.runs):
         for label, setting in KEEPING.items():
-            setting = setting or "r._fits_in_memory = lambda size: True"
             command = [sys.executable, "-c", f"import microagg.pipeline.release as r; {setting}; "
                                              "from microagg.jobs.cli import console; console()"]
             total, report = _anonymize(args, source, Path(source).parent / f"release-{label}", workers, threads,
