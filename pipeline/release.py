@@ -342,6 +342,23 @@ def _attach_row_id(part, offsets, lengths, partition_info=None):
     return part.assign(**{ROW_ID: np.arange(start, start + len(part), dtype=np.int64)})
 
 
+def _kept_sources(ddf, solving, writing, keep, whole=False):
+    """``(source, (solve's, write's))``: the frames the passes read. Kept in memory (``keep``, on a cluster), the
+    solve's columns (``solving``) and the write's (``writing``) are persisted apart, read once each (:data:`UNTUNED`,
+    so both keep the input's partitions), and the solve's can go as soon as the blocks stage has routed them, while
+    the write's stay: the 10M-row job held both, and the rows routed from them, at its peak (BENCHMARKS.md,
+    sixty-sixth session). ``whole`` (a CSV input, whose rows' shape the statistics pass checks on all their
+    fields): the whole input kept as one frame. Not kept: ``ddf`` for all, each pass reading its columns."""
+    if not keep:
+        return ddf, (ddf, ddf)
+    if whole:
+        source = dask.persist(ddf)[0]
+        return source, (source, source)
+    with dask.config.set(UNTUNED):
+        kept = dask.persist(projected(ddf, solving), projected(ddf, writing))
+    return ddf, kept
+
+
 def _without_empty_partitions(ddf, lengths):
     """``(ddf, lengths)`` without the empty partitions (an empty input file, a split of a tiny
     input): the release's divisions need every partition to hold a row. They are dropped before the
@@ -1836,13 +1853,16 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         # Every later stage derives from this one frame: the row ids are positions within its
         # partitions, which a column projection keeps only when Dask's optimizer runs untuned, as it
         # does for every pass's read (UNTUNED, parts_of). On a cluster the input is read once
-        # and kept in memory (spilled if need be) for every pass, the final write included.
+        # and kept in memory (spilled if need be): the solve's columns until the blocks stage has
+        # routed them, the write's until the write (_kept_sources).
         # (Local schedulers re-read: persisting a Parquet read there loses partitions in dask 2026.8.)
         # Not waited for: a partition's sums run as soon as it is read, beside the last reads.
-        source = dask.persist(ddf)[0] if _client() is not None and keep_input else ddf
         solving = [*qi, *([options.weights] if options.weights else []), *options.strata]  # what the solve reads
+        dropped = () if options.hash_identifiers else ids
+        source, kept = _kept_sources(ddf, solving, write_columns(ddf.columns, qi, dropped),
+                                     _client() is not None and keep_input, whole=row_check is not None)
         n_rows, mean, std, lengths, covariance, evidence, missing, lo, hi, complete = column_statistics(
-            source if row_check else projected(source, solving),  # a CSV row's shape is checked on all its fields
+            source if row_check else projected(kept[0], solving),  # a CSV row's shape is checked on all its fields
             qi, options.weights, options.strata, options.missing, row_check)
         from . import report as report_page  # imported aside meanwhile (or waits for that import to end)
 
@@ -1857,11 +1877,12 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         check_file_count(n_rows, options.rows_per_file)
         strata = (plan_strata(options.strata, evidence, qi, mean, std, -(-options.k // width), options.small_strata)
                   if options.strata else None)
-        source, lengths = _without_empty_partitions(source, lengths)
-        frame = with_row_ids(projected(source, solving), lengths)  # the sample's and the blocks' columns
-        dropped = () if options.hash_identifiers else ids
-        rest = with_row_ids(projected(source, write_columns(source.columns, qi, dropped)), lengths)  # the write's
+        (solve_source, _), (write_source, lengths) = [_without_empty_partitions(k, lengths) for k in kept]
+        del kept  # the solve's columns are let go once routed (below), the write's kept until the write
+        frame = with_row_ids(projected(solve_source, solving), lengths)  # the sample's and the blocks' columns
+        rest = with_row_ids(projected(write_source, write_columns(source.columns, qi, dropped)), lengths)  # the write's
         order = tuple(source.columns)
+        del source, solve_source, write_source
     if mic1d.is_mic1d(options.method):
         return _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, starts, n_rows, mean, std,
                             covariance, lengths, strata, np.where(constant, lo, np.nan), edges, complete,
@@ -1887,6 +1908,9 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
             flat = dask.persist(*[p for pieces in solved for p in pieces])
         cuts = np.cumsum([0] + [len(p) for p in solved])
         solved = [list(flat[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+        # nothing here holds the input's solved columns now: kept in memory, each partition goes once its rows
+        # are routed (the graphs of the stage, which held them, are persisted; the routed copies remain)
+        del frame, pieces
         # what the output files' tasks read (the write's, and the real anonymity's with attribute blocks)
         readable = _for_files(solved, blocks, n_rows, options.rows_per_file) if release_files else solved
         # the release's graph is built while the workers solve (it is computed only after the gate)
