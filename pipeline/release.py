@@ -343,20 +343,20 @@ def _attach_row_id(part, offsets, lengths, partition_info=None):
 
 
 def _kept_sources(ddf, solving, writing, keep, whole=False):
-    """``(source, (solve's, write's))``: the frames the passes read. Kept in memory (``keep``, on a cluster), the
-    solve's columns (``solving``) and the write's (``writing``) are persisted apart, read once each (:data:`UNTUNED`,
-    so both keep the input's partitions), and the solve's can go as soon as the blocks stage has routed them, while
-    the write's stay: the 10M-row job held both, and the rows routed from them, at its peak (BENCHMARKS.md,
-    sixty-sixth session). ``whole`` (a CSV input, whose rows' shape the statistics pass checks on all their
-    fields): the whole input kept as one frame. Not kept: ``ddf`` for all, each pass reading its columns."""
+    """``(solve's frame, write's frame)``: what the passes read. Kept in memory (``keep``, on a cluster), the solve's
+    columns (``solving``) and the write's (``writing``) are persisted as two frames (:data:`UNTUNED`, so both keep
+    the input's partitions; Dask reads each partition once and cuts it in two), and the solve's can go as soon as the
+    blocks stage has routed them, while the write's stay: the 10M-row job held both, and the rows routed from them,
+    at its peak (BENCHMARKS.md, sixty-sixth session). ``whole`` (a CSV input, whose rows' shape the statistics pass
+    checks on all their fields): the whole input kept as one frame, both. Not kept: ``ddf``, each pass reading its
+    columns."""
     if not keep:
-        return ddf, (ddf, ddf)
+        return ddf, ddf
     if whole:
         source = dask.persist(ddf)[0]
-        return source, (source, source)
+        return source, source
     with dask.config.set(UNTUNED):
-        kept = dask.persist(projected(ddf, solving), projected(ddf, writing))
-    return ddf, kept
+        return dask.persist(projected(ddf, solving), projected(ddf, writing))
 
 
 def _without_empty_partitions(ddf, lengths):
@@ -1859,10 +1859,10 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         # Not waited for: a partition's sums run as soon as it is read, beside the last reads.
         solving = [*qi, *([options.weights] if options.weights else []), *options.strata]  # what the solve reads
         dropped = () if options.hash_identifiers else ids
-        source, kept = _kept_sources(ddf, solving, write_columns(ddf.columns, qi, dropped),
-                                     _client() is not None and keep_input, whole=row_check is not None)
+        kept = _kept_sources(ddf, solving, write_columns(ddf.columns, qi, dropped),
+                             _client() is not None and keep_input, whole=row_check is not None)
         n_rows, mean, std, lengths, covariance, evidence, missing, lo, hi, complete = column_statistics(
-            source if row_check else projected(kept[0], solving),  # a CSV row's shape is checked on all its fields
+            kept[0] if row_check else projected(kept[0], solving),  # a CSV row's shape is checked on all its fields
             qi, options.weights, options.strata, options.missing, row_check)
         from . import report as report_page  # imported aside meanwhile (or waits for that import to end)
 
@@ -1880,9 +1880,9 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
         (solve_source, _), (write_source, lengths) = [_without_empty_partitions(k, lengths) for k in kept]
         del kept  # the solve's columns are let go once routed (below), the write's kept until the write
         frame = with_row_ids(projected(solve_source, solving), lengths)  # the sample's and the blocks' columns
-        rest = with_row_ids(projected(write_source, write_columns(source.columns, qi, dropped)), lengths)  # the write's
-        order = tuple(source.columns)
-        del source, solve_source, write_source
+        rest = with_row_ids(projected(write_source, write_columns(ddf.columns, qi, dropped)), lengths)  # the write's
+        order = tuple(ddf.columns)
+        del solve_source, write_source
     if mic1d.is_mic1d(options.method):
         return _build_mic1d(frame, options, timings, identifier_key, qi, ids, blocks, starts, n_rows, mean, std,
                             covariance, lengths, strata, np.where(constant, lo, np.nan), edges, complete,
