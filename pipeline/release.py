@@ -1830,9 +1830,9 @@ def build_release(ddf, options, timings=None, identifier_key=None, columns=None,
     ``released`` is a lazy Dask DataFrame of the input rows in input order (QIs replaced by group
     centroids, identifiers dropped or, with ``options.hash_identifiers``, replaced by their HMAC under
     ``identifier_key``), already checked by the gate; ``report`` describes it. ``columns`` is
-    ``plan(ddf, options)`` when the caller has already validated. ``keep_input``: on a cluster, keep
-    the input in memory for every pass (read once); False re-reads it in each pass (for an input
-    larger than the workers' memory). ``row_check``: the :class:`pipeline.io.RowShape` of a CSV input
+    ``plan(ddf, options)`` when the caller has already validated. ``keep_input``: on a cluster, read
+    the input once and keep it in memory, its QIs until routed and its other columns until the write
+    (:func:`_kept_sources`); False re-reads it in each pass (for an input larger than the workers' memory). ``row_check``: the :class:`pipeline.io.RowShape` of a CSV input
     (:func:`pipeline.io.row_shape`), whose rows swallowed by a quote left open are refused. ``scratch``: an
     ``ExitStack`` the caller closes once the release is written: the rows in transit's files, the released
     pieces' among them, live until then (:func:`_transit_for`).
