@@ -54,3 +54,62 @@ def bin_of(v, edges, j, scale):
     while b < bins - 1 and v >= edges[j, b + 1]:
         b += 1
     return b
+
+
+LINEAR_SEARCH = 32
+"""A search among at most this many values counts those not larger one by one: no branch to mispredict (a
+binary search among the 14 window ends of the quantiles took 28 ns a value, the count 21)."""
+
+
+@inline_jit
+def count_not_above(values, first, last, v):
+    """How many of the increasing ``values[first:last]`` are not larger than ``v``."""
+    if last - first <= LINEAR_SEARCH:
+        count = 0
+        for t in range(first, last):
+            count += values[t] <= v
+        return count
+    lo, hi = first, last
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] <= v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - first
+
+
+@jit
+def sorted_bins(x, edges, coarse):
+    """Per value of ``x``, its bin among the increasing ``edges``: how many edges are not larger
+    (``np.searchsorted(edges, x, side="right")``, int64; a negative zero is a zero). Found in two
+    searches: among the edges at the increasing positions ``coarse`` first, then among the edges between
+    the two it fell between. The bins are those of one search over every edge, whatever ``coarse`` holds;
+    a value between two consecutive positions of ``coarse`` (a wide bin of few edges) is placed by the
+    first search alone, which is what the quantiles' windows make of most values
+    (:func:`microagg.pipeline.columns.window_bins`)."""
+    n = x.shape[0]
+    m = edges.shape[0]
+    c = coarse.shape[0]
+    ends = np.empty(c)
+    for t in range(c):
+        ends[t] = edges[coarse[t]]
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        v = x[i]
+        at = count_not_above(ends, 0, c, v)
+        first = coarse[at - 1] + 1 if at > 0 else 0  # every edge before it is not larger
+        last = coarse[at] if at < c else m  # it and every edge after it are larger
+        out[i] = first + count_not_above(edges, first, last, v)
+    return out
+
+
+@jit
+def within_ranges(x, lo, hi):
+    """Whether each value of ``x`` lies in one of the ranges ``[lo[i], hi[i])`` (ascending and disjoint; a
+    range may end where the next starts)."""
+    out = np.empty(x.shape[0], dtype=np.bool_)
+    for i in range(x.shape[0]):
+        at = count_not_above(lo, 0, lo.shape[0], x[i])  # the last range that starts at or below the value
+        out[i] = at > 0 and x[i] < hi[at - 1]
+    return out

@@ -34,10 +34,11 @@ and buckets take 16 bytes per record and column (1.6 GB for one column of 100M r
 
 Quantiles of the masked file: the order statistics at the wanted ranks are read from the same
 buckets' summaries (each bucket holds a known range of ranks). Quantiles of the original, by
-selection: per column, value bins cut at :data:`SELECTION_BINS` marks; one pass counts each piece's
-values per bin (a sort of the piece's column and a search of the bin edges), the client finds the bin
-holding each wanted rank, a second pass returns the pieces' values in those bins only, and the client
-picks the order statistics.
+selection: per column, value bins cut at :data:`SELECTION_BINS` marks, kept only near the ranks the marks
+predict and merged elsewhere (:func:`window_bins`); one pass counts each piece's values per bin (two
+searches per value, :func:`microagg.kernels.histogram.sorted_bins`), the client finds the bin holding each
+wanted rank, a second pass returns the pieces' values in those bins only, and the client picks the order
+statistics. A rank in a merged bin sends its column to a second round over all its bins.
 
 Exact: the hits are those of :func:`metrics.interval_hits` over the whole sorted column, so the rates
 are :func:`metrics.interval_disclosure_rates`'s; the quantiles are ``np.quantile``'s linear
@@ -51,6 +52,7 @@ microdata. In Confidentiality, Disclosure and Data Access, Elsevier, 111-133.
 ``shared/papers/mic1d-one-dimension-microaggregation.txt`` section 2.3.
 """
 
+import logging
 import os
 import shutil
 from typing import NamedTuple
@@ -61,9 +63,11 @@ import pandas as pd
 from dask import delayed
 
 from .. import kernels
-from ..kernels import groups
+from ..kernels import groups, histogram
 from . import graph, metrics, transit
 from .release import persisted
+
+log = logging.getLogger(__name__)
 
 BUCKET_ROWS = 250_000
 """Records per bucket of a column, on average (a bucket holds 16 bytes per record and column of its
@@ -82,6 +86,11 @@ SUMMARY_FILE = "summary-"
 SELECTION_BINS = 16_384
 """Value bins per column for the quantiles' order statistics (each about ``rows / 16,384`` records,
 at most the marks allow)."""
+WINDOW_REACH = 4.0
+"""How far to either side of a wanted rank the quantiles' first round keeps its column's bins, in standard errors
+of the marks' estimate of the rank (:func:`window_bins`)."""
+COARSE_STEP = 64
+"""The quantiles' second round, over all of a column's bins, searches every ``COARSE_STEP``-th edge first."""
 
 
 class Bucket(NamedTuple):
@@ -452,78 +461,138 @@ def selection_edges(marks, side, bins=SELECTION_BINS):
     return out
 
 
-def _sorted_columns(pair, side, edges):
-    """The columns of a piece that have ``edges``, each sorted (NumPy's sort is several times faster than
-    searching the bin of every unsorted value)."""
-    return [np.sort(column) + 0.0 for column in pair.columns(side, range(len(edges)))]
+class Bins(NamedTuple):
+    """One column's bins in a round of the selection: the increasing ``edges`` (bin ``i`` holds the values in
+    ``[edges[i-1], edges[i])``, the first and last open), the positions ``coarse`` of the edges searched first
+    (:func:`microagg.kernels.histogram.sorted_bins`), and per bin whether it ``merged`` several bins of the
+    column's :func:`selection_edges` (a gap between two windows: its values are never picked)."""
+
+    edges: np.ndarray
+    coarse: np.ndarray
+    merged: np.ndarray
 
 
-def _bin_counts(pair, edges):
-    """Per file and column, how many of the piece's values fall in each bin."""
-    return [[np.diff(np.searchsorted(x, e, side="left"), prepend=0, append=len(x))
-             for x, e in zip(_sorted_columns(pair, side, edges[side]), edges[side])] for side in (0, 1)]
+def full_bins(edges, step=COARSE_STEP):
+    """Every bin of :func:`selection_edges`, every ``step``-th edge searched first."""
+    return Bins(edges, np.arange(0, len(edges), step, dtype=np.int64), np.zeros(len(edges) + 1, dtype=bool))
 
 
-def _sum_counts(*counts):
-    return [[sum(c[side][j] for c in counts) for j in range(len(counts[0][side]))] for side in (0, 1)]
+def mark_weights(marks, n):
+    """The rows each mark stands for: its piece's rows over its piece's marks (a piece holds the rows from
+    its first mark's row id to the next piece's)."""
+    starts = np.array([int(mk[2][0]) for mk in marks] + [n], dtype=np.int64)
+    return np.concatenate([np.full(len(mk[2]), (b - a) / len(mk[2])) for mk, a, b in zip(marks, starts[:-1],
+                                                                                           starts[1:])])
 
 
-def _bin_values(pair, edges, wanted):
-    """Per file and column, the piece's distinct values in the bins ``wanted[side][j]`` (ascending) and
-    their counts. The values are picked unsorted (:func:`within`): sorting every column of every piece a
-    second time, after :func:`_bin_counts`, took a third of the exact columns' CPU time at 10M rows."""
+def window_bins(edges, values, weights, ranks, n, reach=WINDOW_REACH):
+    """The bins of :func:`selection_edges` ``edges`` near the ranks ``ranks`` of one column of ``n`` values,
+    the rest merged into the gaps between them: the first round of the selection. ``values``: the column's
+    marks, each standing for ``weights`` rows, by which the rank of every edge is estimated; a window
+    reaches ``reach`` standard errors of that estimate (a systematic sample of as many marks) to either side
+    of its rank, and two marks' weight more. A rank the estimate misses lands in a gap: its column goes to a
+    second round over all its bins (:func:`quantiles_of`), so the windows decide the time, never the result."""
+    order = np.argsort(values, kind="stable")
+    below = np.concatenate([[0.0], np.cumsum(weights[order])])[np.searchsorted(values[order], edges, side="left")]
+    keep = np.zeros(len(edges), dtype=bool)
+    p = np.clip(np.asarray(ranks, dtype=np.float64) / max(n, 1), 0.0, 1.0)
+    reach_rows = reach * n * np.sqrt(p * (1 - p) / len(values)) + 2 * weights.max()
+    for r, delta in zip(ranks, reach_rows):
+        lo = max(int(np.searchsorted(below, r - delta, side="left")) - 1, 0)
+        hi = min(int(np.searchsorted(below, r + delta, side="right")) + 1, len(edges))
+        keep[lo:hi] = True
+    at = np.flatnonzero(keep)
+    ends = np.concatenate([[-1], at, [len(edges)]])
+    breaks = np.flatnonzero(np.diff(at) > 1)  # a gap between edges breaks[i] and breaks[i] + 1
+    coarse = np.unique(np.concatenate([[0], breaks, breaks + 1, [len(at) - 1]])) if len(at) else at
+    return Bins(edges[at], coarse.astype(np.int64), np.diff(ends) > 1)
+
+
+def _bin_counts(pair, plan):
+    """Per entry ``(side, column, Bins)`` of ``plan``, how many of the piece's values fall in each bin."""
     out = []
-    for side in (0, 1):
-        per_column = []
-        for j, (x, e) in enumerate(zip(pair.columns(side, range(len(edges[side]))), edges[side])):
-            lo, hi = _bounds(e, wanted[side][j])
-            per_column.append(np.unique(x[within(x, lo, hi)] + 0.0, return_counts=True))
-        out.append(per_column)
+    for side, j, bins in plan:
+        (x,) = pair.columns(side, [j])
+        at = histogram.sorted_bins(np.ascontiguousarray(x, dtype=np.float64), bins.edges, bins.coarse)
+        out.append(np.bincount(at, minlength=len(bins.edges) + 1))
     return out
 
 
-def within(x, lo, hi):
-    """Whether each value of ``x`` lies in one of the ranges ``[lo[i], hi[i])`` (ascending and disjoint; a
-    range may end where the next starts): a search among the few ranges' starts, not a sort of ``x``."""
-    at = np.searchsorted(lo, x, side="right") - 1  # the last range that starts at or below the value
-    inside = at >= 0
-    inside[inside] = x[inside] < hi[at[inside]]
-    return inside
+def _sum_counts(*counts):
+    return [sum(c[i] for c in counts) for i in range(len(counts[0]))]
 
 
-def quantiles_of(pairs, n, quantiles, marks, bins=SELECTION_BINS, fan_in=32, sides=(0, 1)):
-    """``(quantiles of the original (len(quantiles), d), of the masked)``, as ``np.quantile`` of each
-    whole column: each order statistic is selected from the few values of its bin. ``sides``: the
-    files to select in (0: masked, 1: original); the other's quantiles are None."""
-    edges = [selection_edges(marks, side, bins) if side in sides else [] for side in (0, 1)]
+def _bin_values(pair, plan, ranges):
+    """Per entry of ``plan``, the piece's distinct values in the value ranges ``ranges`` (``(lo, hi)``: the
+    wanted bins, :func:`_bounds`) and their counts, picked unsorted (a sort of every column of every piece was
+    a third of the exact columns' CPU time at 10M rows)."""
+    out = []
+    for (side, j, _), (lo, hi) in zip(plan, ranges):
+        (x,) = pair.columns(side, [j])
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        out.append(np.unique(x[histogram.within_ranges(x, lo, hi)] + 0.0, return_counts=True))
+    return out
+
+
+def _select(pairs, ranks, plan, fan_in):
+    """One round of the selection: per entry ``(side, column, Bins)`` of ``plan``, ``{rank: value}`` of the
+    order statistics ``ranks``, or None if one of them lies in a merged bin."""
     layer = graph.Layer("microagg-quantile-bins")  # a tree of sums: the client receives one count per bin
-    counted = layer.reduce("sum", [layer.task(("count", i), _bin_counts, p, edges) for i, p in enumerate(pairs)],
+    counted = layer.reduce("sum", [layer.task(("count", i), _bin_counts, p, plan) for i, p in enumerate(pairs)],
                            _sum_counts, fan_in)
     (totals,) = dask.compute(layer.delayed([counted])[0])
+    cum = [np.cumsum(c) for c in totals]
+    wanted = [np.unique(np.searchsorted(c, ranks, side="right")) for c in cum]
+    found = [bins.merged[w].any() for (_, _, bins), w in zip(plan, wanted)]
+    selected = [(entry, c, w) for entry, c, w, missed in zip(plan, cum, wanted, found) if not missed]
+    ranges = [_bounds(bins.edges, w) for (_, _, bins), _, w in selected]
+    picked = dask.compute(*[delayed(_bin_values, pure=True)(p, [e for e, _, _ in selected], ranges) for p in pairs])
+    out = [None] * len(plan)
+    slots = [i for i, missed in enumerate(found) if not missed]
+    for k, (i, ((_, _, bins), c, w)) in enumerate(zip(slots, selected)):
+        values, at = np.unique(np.concatenate([f[k][0] for f in picked]), return_inverse=True)
+        counts = np.bincount(at, weights=np.concatenate([f[k][1] for f in picked])).astype(np.int64)
+        first = np.concatenate([[0], c])[w]  # rank of each wanted bin's first value
+        lo, hi = ranges[k]
+        ends = np.concatenate([f + np.cumsum(counts[(values >= a) & (values < b)]) for f, a, b in zip(first, lo, hi)])
+        chosen = np.concatenate([values[(values >= a) & (values < b)] for a, b in zip(lo, hi)])
+        out[i] = dict(zip(ranks.tolist(), chosen[np.searchsorted(ends, ranks, side="right")].tolist()))
+    return out
+
+
+def quantiles_of(pairs, n, quantiles, marks, bins=SELECTION_BINS, fan_in=32, sides=(0, 1), reach=WINDOW_REACH):
+    """``(quantiles of the original (len(quantiles), d), of the masked)``, as ``np.quantile`` of each
+    whole column: each order statistic is selected from the few values of its bin. ``sides``: the
+    files to select in (0: masked, 1: original); the other's quantiles are None.
+
+    Two passes over the pieces count each column's values per bin and then return those of the bins
+    holding the wanted ranks. The bins are :func:`selection_edges`' near the ranks the marks predict
+    (:func:`window_bins`, ``reach``), the rest merged into a few: most values are placed in a few
+    comparisons, not sorted (a sort of every piece's column was 7 of the 10M evaluation's 90
+    thread-seconds, BENCHMARKS.md, sixty-seventh session). A column whose rank the windows missed is
+    selected again over all its bins."""
     below, above, weight = quantile_ranks(n, quantiles)
-    ranks = np.concatenate([below, above])
-    cum = [[np.cumsum(c) for c in totals[side]] for side in (0, 1)]
-    wanted = [[np.unique(np.searchsorted(c, ranks, side="right")) for c in cum[side]] for side in (0, 1)]
-    found = dask.compute(*[delayed(_bin_values, pure=True)(p, edges, wanted) for p in pairs])
-    out = []
-    for side in (0, 1):
-        if side not in sides:
-            out.append(None)
-            continue
-        q = np.empty((len(below), len(edges[side])))
-        for j, c in enumerate(cum[side]):
-            values, at = np.unique(np.concatenate([f[side][j][0] for f in found]), return_inverse=True)
-            counts = np.bincount(at, weights=np.concatenate([f[side][j][1] for f in found])).astype(np.int64)
-            first = np.concatenate([[0], c])[wanted[side][j]]  # rank of each wanted bin's first value
-            ends = np.concatenate([f + np.cumsum(counts[(values >= lo) & (values < hi)])
-                                   for f, lo, hi in zip(first, *_bounds(edges[side][j], wanted[side][j]))])
-            picked = np.concatenate([values[(values >= lo) & (values < hi)]
-                                     for lo, hi in zip(*_bounds(edges[side][j], wanted[side][j]))])
-            at_rank = dict(zip(ranks.tolist(), picked[np.searchsorted(ends, ranks, side="right")].tolist()))
-            q[:, j] = lerp(np.array([at_rank[r] for r in below.tolist()]), np.array([at_rank[r] for r in above.tolist()]),
-                           weight) + 0.0
-        out.append(q)
-    return out[1], out[0]
+    ranks = np.unique(np.concatenate([below, above]))
+    width = marks[0][0].shape[1]
+    weights = mark_weights(marks, n)
+    edges = {side: selection_edges(marks, side, bins) for side in sides}
+    plan = [(side, j, window_bins(edges[side][j], np.concatenate([mk[side][:, j] for mk in marks]), weights, ranks, n,
+                                  reach))
+            for side in sides for j in range(width)]
+    found = _select(pairs, ranks, plan, fan_in)
+    missed = [i for i, f in enumerate(found) if f is None]
+    if missed:
+        log.info("quantiles: %d of %d column(s) selected again over all their bins", len(missed), len(plan))
+        again = _select(pairs, ranks, [(side, j, full_bins(edges[side][j])) for side, j, _ in (plan[i] for i in missed)],
+                        fan_in)
+        for i, f in zip(missed, again):
+            found[i] = f
+    out = {}
+    for (side, j, _), at_rank in zip(plan, found):
+        q = out.setdefault(side, np.empty((len(below), width)))
+        q[:, j] = lerp(np.array([at_rank[r] for r in below.tolist()]), np.array([at_rank[r] for r in above.tolist()]),
+                       weight) + 0.0
+    return out.get(1), out.get(0)
 
 
 def _bounds(edges, bins):

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from microagg import kernels
+from microagg.kernels import histogram
 from microagg.pipeline import columns, graph, metrics
 from microagg.pipeline import evaluate as ev
 
@@ -145,6 +146,45 @@ def test_quantiles_are_selected_from_their_bins_exactly(bins):
     np.testing.assert_array_equal(q_masked, np.quantile(Xm, metrics.QUANTILES, axis=0))
 
 
+def _selected(pairs, n, caplog):
+    """The quantiles of both files' pieces, and the log's lines on columns selected again."""
+    marks = dask.compute(*[dask.delayed(columns.piece_marks)(p) for p in pairs])
+    with caplog.at_level("INFO", logger="microagg.pipeline.columns"):
+        found = columns.quantiles_of(pairs, n, metrics.QUANTILES, marks, fan_in=2)
+    return found, [r.getMessage() for r in caplog.records if "selected again" in r.getMessage()]
+
+
+def _in_pieces(X, Xm, bounds):
+    return [ev.Pair(s, X[s:e], Xm[s:e], np.zeros(0, dtype=np.int64)) for s, e in zip(bounds[:-1], bounds[1:])]
+
+
+def test_the_quantiles_windows_hold_every_wanted_rank_of_ordinary_columns(caplog):
+    """The first round's bins near the ranks the marks predict hold them all: no column is selected again.
+    Small pieces (every row a mark) sit beside large ones (a mark every 38 rows): each mark is weighed by
+    the rows it stands for."""
+    X, Xm = _zero_inflated(11, n=30_000)
+    X[:300, 1] += 1e4  # the small pieces' values are far from the rest
+    (q_original, q_masked), again = _selected(_in_pieces(X, Xm, [0, 200, 10_000, 10_300, 30_000]), len(X), caplog)
+    assert again == []
+    np.testing.assert_array_equal(q_original, np.quantile(X, metrics.QUANTILES, axis=0))
+    np.testing.assert_array_equal(q_masked, np.quantile(Xm, metrics.QUANTILES, axis=0))
+
+
+def test_a_quantile_the_marks_mislead_about_is_selected_again_over_every_bin_exactly(caplog):
+    """Marks taken every 10th row of pieces where exactly those rows spread over [0, 1] and every other row
+    lies in [0.4, 0.41]: the windows look for the middle ranks where the marks put them, miss them, and those
+    columns' second round over all their bins finds them."""
+    n = 16 * 2560
+    rng = np.random.default_rng(12)
+    X = np.column_stack([0.4 + 0.01 * rng.random(n), rng.normal(size=n)])
+    X[::10, 0] = rng.random(n // 10)  # every mark of column 0
+    Xm = X[:, ::-1].copy()
+    (q_original, q_masked), again = _selected(_in_pieces(X, Xm, list(range(0, n + 1, 2560))), n, caplog)
+    assert again == ["quantiles: 2 of 4 column(s) selected again over all their bins"]
+    np.testing.assert_array_equal(q_original, np.quantile(X, metrics.QUANTILES, axis=0))
+    np.testing.assert_array_equal(q_masked, np.quantile(Xm, metrics.QUANTILES, axis=0))
+
+
 @settings(deadline=None, max_examples=50)
 @given(hnp.arrays(np.float64, st.integers(0, 300), elements=st.sampled_from([0.0, 1.5, -2.25, 3.0, 1e300, -7.0]))
        | hnp.arrays(np.float64, st.integers(0, 300), elements=st.floats(-1e6, 1e6).map(lambda x: x + 0.0)))
@@ -167,15 +207,42 @@ def test_distinct_sorted_of_a_bucket_s_size_is_numpys_unique(repeats):
         np.testing.assert_array_equal(mine, numpy.reshape(-1))
 
 
+@settings(deadline=None, max_examples=200)
+@given(hnp.arrays(np.float64, st.integers(0, 200), elements=st.sampled_from([0.0, -0.0, 1.0, 2.0, 2.5, 3.0, -1.0,
+                                                                             np.inf, -np.inf])),
+       st.lists(st.booleans(), min_size=6, max_size=6))
+def test_a_value_s_bin_is_the_number_of_edges_not_above_it_whatever_edges_are_searched_first(x, first):
+    """:func:`microagg.kernels.histogram.sorted_bins`, which places the quantiles' values in their bins: a value
+    on an edge, below the first, above the last, a negative zero; any subset of the edges searched first (none,
+    all, adjacent ones, the ends)."""
+    edges = np.array([-1.0, 0.0, 1.0, 2.0, 3.0, 4.0])
+    coarse = np.flatnonzero(first).astype(np.int64)
+    np.testing.assert_array_equal(histogram.sorted_bins(x, edges, coarse), np.searchsorted(edges, x, side="right"))
+
+
+@pytest.mark.parametrize("every", [1, 3, 40, 1000])
+def test_a_value_s_bin_among_many_edges_is_the_same_counted_or_searched(every):
+    """Searches among more edges than :data:`microagg.kernels.histogram.LINEAR_SEARCH` (binary) and fewer
+    (counted), at both levels: every edge searched first, every third, every 40th, none but the first."""
+    rng = np.random.default_rng(every)
+    edges = np.unique(np.round(rng.normal(size=400), 2))
+    x = np.concatenate([np.round(rng.normal(size=5000) * 1.2, 2), edges, [-np.inf, np.inf, -0.0]])
+    coarse = np.arange(0, len(edges), every, dtype=np.int64)
+    np.testing.assert_array_equal(histogram.sorted_bins(x, edges, coarse), np.searchsorted(edges, x, side="right"))
+
+
 @settings(deadline=None, max_examples=100)
 @given(hnp.arrays(np.float64, st.integers(0, 200), elements=st.sampled_from([0.0, -0.0, 1.0, 2.0, 2.5, 3.0, -1.0,
                                                                              np.inf, -np.inf])),
-       st.lists(st.integers(0, 6), unique=True, max_size=7).map(sorted))
-def test_values_within_bins_are_those_a_comparison_with_each_bin_finds(x, bins):
-    """:func:`pipeline.columns.within`, which picks the values of the quantiles' wanted bins: adjacent bins, a
-    value on a bin's edge, the first and the last (open) bins, a negative zero."""
+       st.lists(st.integers(0, 6), unique=True, max_size=7).map(sorted), st.integers(1, 60))
+def test_values_within_bins_are_those_a_comparison_with_each_bin_finds(x, bins, spread):
+    """:func:`microagg.kernels.histogram.within_ranges`, which picks the values of the quantiles' wanted bins:
+    adjacent bins, a value on a bin's edge, the first and the last (open) bins, a negative zero; few ranges
+    (counted) and many (searched)."""
     lo, hi = columns._bounds(np.array([-1.0, 0.0, 1.0, 2.0, 3.0, 4.0]), np.array(bins, dtype=np.int64))
+    many = np.arange(spread) * 10.0 + 100.0  # ranges beyond every value, to pass the count's limit
+    lo, hi = np.concatenate([lo, many]), np.concatenate([hi, many + 5.0])
     want = np.zeros(len(x), dtype=bool)
     for a, b in zip(lo, hi):
         want |= (x >= a) & (x < b)
-    np.testing.assert_array_equal(columns.within(x, lo, hi), want)
+    np.testing.assert_array_equal(histogram.within_ranges(x, lo, hi), want)
