@@ -99,7 +99,7 @@ from ..kernels.stats import HUGE
 from . import columns, graph, io, metrics, stats, transit
 from .blocking import sample_plan
 from .errors import CSVParseError, CSVTypeChange, InputError
-from .release import Timings, persisted, transit_directory
+from .release import Timings, parts_of, persisted, transit_directory
 from .release import html_path as release_html_path
 from .validation import as_written, check_k, non_numeric_error, non_numeric_values, spaced_names
 
@@ -248,14 +248,42 @@ def column_statistics(original_parts, masked_parts, qi):
     lengths_o = [f[0] for f in first]
     lengths_m = [f[0] for f in second]
     check_rows(sum(lengths_o), sum(lengths_m))
-    total = stats.combine([f[1] for f in first]) if first else None
+    return (lengths_o, lengths_m, *_finished(qi, sum(lengths_o), [f[1] for f in first], [f[1] for f in second]))
+
+
+def _finished(qi, n_rows, original_sums, masked_sums):
+    """``(mean, std, minimum, maximum)`` from both files' chunks' :class:`pipeline.stats.ColumnSums`, after the
+    finiteness checks (:func:`column_statistics`)."""
+    total = stats.combine(original_sums) if original_sums else None
     if total is None or total.rows < 2:
-        raise InputError(f"the files have {sum(lengths_o)} row(s); the measures need at least 2")
-    masked = stats.combine([f[1] for f in second])  # as many rows as the original: not empty
+        raise InputError(f"the files have {n_rows} row(s); the measures need at least 2")
+    masked = stats.combine(masked_sums)  # as many rows as the original: not empty
     _check_values(qi, [("original", total.nans, total.infs, total.huge),
                        ("masked", masked.nans, masked.infs, masked.huge)])
     mean, std = stats.finalize(total)
-    return lengths_o, lengths_m, mean, std, np.minimum(total.lo, masked.lo), np.maximum(total.hi, masked.hi)
+    return mean, std, np.minimum(total.lo, masked.lo), np.maximum(total.hi, masked.hi)
+
+
+def partition_lengths(original, masked, column):
+    """The rows of every partition of both files, from a read of one ``column`` (a columnar file reads it
+    alone), each partitioned as a read of more of its columns (:func:`pipeline.release.parts_of`)."""
+    found = dask.compute(*[delayed(len, pure=True)(p) for frame in (original, masked)
+                           for p in parts_of(frame[[column]])])
+    n = original.npartitions
+    lengths_o, lengths_m = list(found[:n]), list(found[n:])
+    check_rows(sum(lengths_o), sum(lengths_m))
+    return lengths_o, lengths_m
+
+
+def pair_statistics(pairs, qi):
+    """:func:`column_statistics`' ``(mean, std, minimum, maximum)`` from the aligned pieces' own sums (pieces
+    aligned with ``sums``: :func:`align`)."""
+    found = dask.compute(*[delayed(_sums_of, pure=True)(p) for p in pairs])
+    return _finished(qi, sum(f[0].rows for f in found), [f[0] for f in found], [f[1] for f in found])
+
+
+def _sums_of(pair):
+    return pair.sums
 
 
 # --- stage 3: aligned pieces ------------------------------------------------------------------------------
@@ -275,6 +303,7 @@ class Pair(NamedTuple):
     path: str | None = None
     shape: tuple = ()  # (rows, QIs) of a piece in a file
     marks: tuple | None = None  # of a piece in a file: its columns.piece_marks, taken before it was written
+    sums: tuple | None = None  # both files' stats.ColumnSums of its rows, if aligned with them (pair_statistics)
 
     @property
     def rows(self):
@@ -375,17 +404,18 @@ def _nans(values):
     return np.zeros(len(values), dtype=bool)
 
 
-def _pair(start, original, a, b, masked, c, d, qi, shared, directory=None):
+def _pair(start, original, a, b, masked, c, d, qi, shared, directory=None, sums=False):
     o = original.iloc[a:b]
     m = masked.iloc[c:d]
     X = _float_matrix(o, qi, "original")
     Xm = _float_matrix(m, qi, "masked")
     differing = np.array([differing_rows(o[col], m[col]) for col in shared], dtype=np.int64)
+    found = (stats.chunk(X), stats.chunk(Xm)) if sums else None
     if directory is None:
-        return Pair(start, X, Xm, differing)
+        return Pair(start, X, Xm, differing, sums=found)
     path = os.path.join(directory, f"{PAIR_FILE}{start}")
     transit.store_columns(path, [X, Xm])
-    return Pair(start, None, None, differing, path, X.shape, columns.piece_marks(Pair(start, X, Xm, differing)))
+    return Pair(start, None, None, differing, path, X.shape, columns.piece_marks(Pair(start, X, Xm, differing)), found)
 
 
 def piece_bounds(lengths_o, lengths_m, piece_rows):
@@ -403,10 +433,12 @@ def piece_bounds(lengths_o, lengths_m, piece_rows):
     return out
 
 
-def align(original_parts, masked_parts, lengths_o, lengths_m, qi, shared, piece_rows=PIECE_ROWS, directory=None):
-    """The aligned pieces (delayed :class:`Pair`), persisted; their QIs in files under ``directory`` if given."""
+def align(original_parts, masked_parts, lengths_o, lengths_m, qi, shared, piece_rows=PIECE_ROWS, directory=None,
+          sums=False):
+    """The aligned pieces (delayed :class:`Pair`), persisted; their QIs in files under ``directory`` if given;
+    with ``sums``, each with both files' sums of its rows (:func:`pair_statistics`)."""
     pieces = [delayed(_pair, pure=True)(s, original_parts[i], s - oo, e - oo, masked_parts[j], s - om, e - om,
-                                        qi, shared, directory)
+                                        qi, shared, directory, sums)
               for s, e, i, j, oo, om in piece_bounds(lengths_o, lengths_m, piece_rows)]
     return list(persisted(*pieces))
 
@@ -1059,12 +1091,23 @@ class Prepared(NamedTuple):
 
 
 def prepare(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT, piece_rows=PIECE_ROWS,
-            timings=None, changed=(), directory=None):
+            timings=None, changed=(), directory=None, columnar=False):
     """Stages 1-3: plan, statistics, aligned pieces (persisted; their QIs in files under ``directory`` if
-    given: :func:`scratch_directory`)."""
+    given: :func:`scratch_directory`). ``columnar``: both files are read a column at a time (Parquet): each
+    partition's rows are counted from one column and the QIs read once, by the aligned pieces, which also sum
+    them (:func:`pair_statistics`), instead of a statistics pass over both files before them (3 of the 10M
+    evaluation's 45 s, BENCHMARKS.md, sixty-seventh session)."""
     timings = timings or Timings()
     with timings.stage("validate"):
         qi, scenarios, shared = plan(original, masked, qi, k, known, id_percent, changed)
+    if columnar:
+        with timings.stage("align"):
+            lengths_o, lengths_m = partition_lengths(original, masked, qi[0])
+            pairs = align(parts_of(original[qi + shared]), parts_of(masked[qi + shared]), lengths_o, lengths_m, qi,
+                          shared, piece_rows, directory, sums=True)
+        with timings.stage("statistics"):
+            mean, std, lo, hi = pair_statistics(pairs, qi)
+        return Prepared(qi, scenarios, shared, int(sum(lengths_o)), mean, std, pairs, lo, hi)
     with timings.stage("statistics"), io.first_pass():  # a CSV column changing type: CSVTypeChange
         original_parts = original[qi + shared].to_delayed()
         masked_parts = masked[qi + shared].to_delayed()
@@ -1106,7 +1149,7 @@ def _linkage_directory(directory, scenario):
 
 def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCENT, *, quantiles=metrics.QUANTILES,
              block_rows=BLOCK_ROWS, piece_rows=PIECE_ROWS, seed=0, dld_records=None, changed=(), timings=None,
-             rows=None):
+             rows=None, columnar=False):
     """Utility and disclosure risk of ``masked`` as a release of ``original`` (Dask DataFrames, rows
     corresponding by position), on the active Dask client or scheduler. Returns the report (see the
     module docstring).
@@ -1132,6 +1175,7 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
     timings : a :class:`pipeline.release.Timings` to add the stage times to
     rows : the files' row count, when known before reading them (Parquet footers, a release's rows): with
         it, a large evaluation keeps both files' QIs in files, not in memory (:func:`scratch_directory`)
+    columnar : both are read a column at a time (Parquet files): the QIs are read once (:func:`prepare`)
     """
     timings = timings or Timings()
     quantiles = tuple(float(q) for q in quantiles)
@@ -1141,16 +1185,16 @@ def evaluate(original, masked, qi, k=None, known=(), id_percent=metrics.ID_PERCE
         raise InputError(f"the records searched for the DLD must be >= 1 (or all), got {dld_records}")
     with scratch_directory(rows, len(_names(qi, "--qi"))) as directory:
         return _evaluated(original, masked, qi, k, known, id_percent, quantiles, block_rows, piece_rows, seed,
-                          dld_records, changed, timings, directory)
+                          dld_records, changed, timings, directory, columnar)
 
 
 def _evaluated(original, masked, qi, k, known, id_percent, quantiles, block_rows, piece_rows, seed, dld_records,
-               changed, timings, directory):
+               changed, timings, directory, columnar=False):
     """:func:`evaluate`'s work, its pieces' QIs in files under ``directory`` if given."""
     from .. import __version__
     from . import report as report_page
 
-    prep = prepare(original, masked, qi, k, known, id_percent, piece_rows, timings, changed, directory)
+    prep = prepare(original, masked, qi, k, known, id_percent, piece_rows, timings, changed, directory, columnar)
     qi, pairs, n, d = prep.qi, prep.pairs, prep.n_rows, len(prep.qi)
     ps = [float(p) for p in np.atleast_1d(np.asarray(id_percent, dtype=np.float64))]
     with timings.stage("columns"):
@@ -1313,7 +1357,8 @@ def run(original_path, masked_path, qi, report_path, k=None, known=(), id_percen
             original = io.read_input(original_path, csv=csv, text=text, floats=floats)
             masked = io.read_input(masked_path, csv=csv, text=text, floats=floats)
     try:
-        report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, rows=rows, **options)
+        report = evaluate(original, masked, qi, k, known, id_percent, timings=timings, rows=rows,
+                          columnar=rows is not None, **options)
     except CSVTypeChange:  # in the statistics pass, the first over every row
         numbers = dict.fromkeys(_names(qi, "--qi"), "quasi-identifier")
         original, widened = io.read_retyped(original_path, numbers, csv=csv, text=text)

@@ -2400,7 +2400,7 @@ def _evaluate_written(input_path, written, report, evaluation, seed, timings, dt
                                    io.read_input(written, floats=floats),
                                    list(report["quasi_identifiers"]),
                                    k, seed=seed, changed=report.get("identifiers_hashed") or (), rows=report["rows"],
-                                   **options)
+                                   columnar=io.resolve_input(input_path)[0] == "parquet", **options)
     return {key: result[key] for key in EVALUATION_KEYS if key in result}
 
 
