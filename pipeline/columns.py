@@ -508,12 +508,21 @@ def window_bins(edges, values, weights, ranks, n, reach=WINDOW_REACH):
     return Bins(edges[at], coarse.astype(np.int64), np.diff(ends) > 1)
 
 
+def _plan_columns(pair, plan):
+    """The piece's column of each entry ``(side, column, ...)`` of ``plan``, each side's read in one call (a
+    piece in a file is opened once per side, not once per column)."""
+    read = {}
+    for side in dict.fromkeys(side for side, _, _ in plan):
+        js = [j for s, j, _ in plan if s == side]
+        read.update(zip(((side, j) for j in js), pair.columns(side, js)))
+    return [np.ascontiguousarray(read[side, j], dtype=np.float64) for side, j, _ in plan]
+
+
 def _bin_counts(pair, plan):
     """Per entry ``(side, column, Bins)`` of ``plan``, how many of the piece's values fall in each bin."""
     out = []
-    for side, j, bins in plan:
-        (x,) = pair.columns(side, [j])
-        at = histogram.sorted_bins(np.ascontiguousarray(x, dtype=np.float64), bins.edges, bins.coarse)
+    for (_, _, bins), x in zip(plan, _plan_columns(pair, plan)):
+        at = histogram.sorted_bins(x, bins.edges, bins.coarse)
         out.append(np.bincount(at, minlength=len(bins.edges) + 1))
     return out
 
@@ -527,9 +536,7 @@ def _bin_values(pair, plan, ranges):
     wanted bins, :func:`_bounds`) and their counts, picked unsorted (a sort of every column of every piece was
     a third of the exact columns' CPU time at 10M rows)."""
     out = []
-    for (side, j, _), (lo, hi) in zip(plan, ranges):
-        (x,) = pair.columns(side, [j])
-        x = np.ascontiguousarray(x, dtype=np.float64)
+    for x, (lo, hi) in zip(_plan_columns(pair, plan), ranges):
         out.append(np.unique(x[histogram.within_ranges(x, lo, hi)] + 0.0, return_counts=True))
     return out
 
@@ -543,12 +550,12 @@ def _select(pairs, ranks, plan, fan_in):
     (totals,) = dask.compute(layer.delayed([counted])[0])
     cum = [np.cumsum(c) for c in totals]
     wanted = [np.unique(np.searchsorted(c, ranks, side="right")) for c in cum]
-    found = [bins.merged[w].any() for (_, _, bins), w in zip(plan, wanted)]
-    selected = [(entry, c, w) for entry, c, w, missed in zip(plan, cum, wanted, found) if not missed]
+    missed = [bins.merged[w].any() for (_, _, bins), w in zip(plan, wanted)]  # a wanted rank in a merged bin
+    selected = [(entry, c, w) for entry, c, w, m in zip(plan, cum, wanted, missed) if not m]
     ranges = [_bounds(bins.edges, w) for (_, _, bins), _, w in selected]
     picked = dask.compute(*[delayed(_bin_values, pure=True)(p, [e for e, _, _ in selected], ranges) for p in pairs])
     out = [None] * len(plan)
-    slots = [i for i, missed in enumerate(found) if not missed]
+    slots = [i for i, m in enumerate(missed) if not m]
     for k, (i, ((_, _, bins), c, w)) in enumerate(zip(slots, selected)):
         values, at = np.unique(np.concatenate([f[k][0] for f in picked]), return_inverse=True)
         counts = np.bincount(at, weights=np.concatenate([f[k][1] for f in picked])).astype(np.int64)

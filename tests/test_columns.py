@@ -185,6 +185,23 @@ def test_a_quantile_the_marks_mislead_about_is_selected_again_over_every_bin_exa
     np.testing.assert_array_equal(q_masked, np.quantile(Xm, metrics.QUANTILES, axis=0))
 
 
+def test_a_filed_piece_is_read_once_per_side_in_each_pass_of_the_selection(monkeypatch, tmp_path):
+    """Pieces in files: each pass (the bins' counts, then the wanted bins' values) reads a piece's columns of
+    one file in one call, not one call per column, and the quantiles stay exact."""
+    from microagg.pipeline import transit
+    X, Xm = _zero_inflated(13, n=2000)
+    pairs = _pairs(X, Xm, piece_rows=500, directory=str(tmp_path))
+    marks = dask.compute(*[dask.delayed(columns.piece_marks)(p) for p in pairs])
+    calls = []
+    read = transit.read_columns
+    monkeypatch.setattr(transit, "read_columns", lambda path, n, cs: calls.append(list(cs)) or read(path, n, cs))
+    q_original, q_masked = columns.quantiles_of(pairs, len(X), metrics.QUANTILES, marks, fan_in=2)
+    assert len(calls) == 2 * 2 * len(pairs)  # two passes, two files' columns, every piece
+    assert all(len(cs) == X.shape[1] for cs in calls)
+    np.testing.assert_array_equal(q_original, np.quantile(X, metrics.QUANTILES, axis=0))
+    np.testing.assert_array_equal(q_masked, np.quantile(Xm, metrics.QUANTILES, axis=0))
+
+
 @settings(deadline=None, max_examples=50)
 @given(hnp.arrays(np.float64, st.integers(0, 300), elements=st.sampled_from([0.0, 1.5, -2.25, 3.0, 1e300, -7.0]))
        | hnp.arrays(np.float64, st.integers(0, 300), elements=st.floats(-1e6, 1e6).map(lambda x: x + 0.0)))
