@@ -1,6 +1,9 @@
 """deploy/: every manifest, job file, script and the Dockerfile checked statically, and the plain
 recipe (and the sbatch script, with a stand-in for srun) run end to end on 127.0.0.1."""
 
+import copy
+import importlib.resources
+import importlib.util
 import json
 import os
 import re
@@ -12,8 +15,11 @@ import tomllib
 from functools import cache
 from pathlib import Path
 
+import jsonschema
+import kubernetes_validate
 import pandas as pd
 import pytest
+import referencing
 import yaml
 
 from microagg.jobs.cluster import ALLOCATOR_THRESHOLDS, PEER_CONNECT_TIMEOUT
@@ -155,6 +161,107 @@ def test_every_yaml_file_parses_into_kubernetes_objects():
         assert name and K8S_NAME.match(name) and len(name) <= 63, f"{where}: metadata.name {name!r}"
     kinds = {d["kind"] for _, d in docs}
     assert {"DaskCluster", "DaskJob", "CronJob", "ConfigMap", "PersistentVolumeClaim"} <= kinds
+
+
+# Kubernetes' own schemas (kubernetes-validate's copy, strict: an unknown field is an error, as the API server's
+# strict field validation, kubectl's default, makes it), at every minor version from the oldest the manifests
+# support (deploy/kubernetes/README.md) to the newest it holds.
+OLDEST_KUBERNETES = (1, 29)
+KUBERNETES_VERSIONS = sorted({v for v in kubernetes_validate.utils.all_versions()
+                              if tuple(map(int, v.split(".")[:2])) >= OLDEST_KUBERNETES})
+OPERATOR_CRDS = Path(importlib.util.find_spec("dask_kubernetes").submodule_search_locations[0]) / \
+    "operator" / "customresources"
+TEMPLATES_REF = "python://dask_kubernetes/operator/customresources/templates.yaml#/definitions/"
+KUBERNETES_REF = "python://k8s_crd_resolver/schemata/k8s-1.21.1.json#/definitions/"
+
+
+@cache
+def kubernetes_definitions(version):
+    """Kubernetes' strict definitions at ``version``, as a referencing registry (the ``$ref``s they hold)."""
+    root = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema" / f"v{version}-local-strict"
+    return referencing.Resource.from_contents(json.loads((root / "_definitions.json").read_text())) @ \
+        referencing.Registry()
+
+
+@cache
+def operator_schema(kind):
+    """The Dask operator's openAPIV3Schema of ``kind`` (its CRD in the installed dask-kubernetes), resolved as its
+    release resolves it: the operator's templates inlined, Kubernetes' definitions referenced (the pod specs,
+    the scheduler's Service spec), and every object without ``additionalProperties`` closed, since the API
+    server prunes (strictly: refuses) fields its structural schema does not name."""
+    templates = yaml.safe_load((OPERATOR_CRDS / "templates.yaml").read_text())["definitions"]
+    crd = yaml.safe_load((OPERATOR_CRDS / f"{kind.lower()}.yaml").read_text())
+    assert crd["spec"]["names"]["kind"] == kind and crd["spec"]["group"] == "kubernetes.dask.org"
+
+    def resolve(node):
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref", "")
+        if ref.startswith(TEMPLATES_REF):
+            return resolve(templates[ref.removeprefix(TEMPLATES_REF)])
+        if ref.startswith(KUBERNETES_REF):
+            return {"$ref": "https://kubernetes.io/api/_definitions.json#/$defs/" + ref.removeprefix(KUBERNETES_REF)}
+        out = {key: resolve(v) for key, v in node.items()}
+        if "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    schema = resolve(version["schema"]["openAPIV3Schema"])
+    schema["properties"] |= {"apiVersion": {"const": "kubernetes.dask.org/v1"}, "kind": {"const": kind},
+                             "metadata": {"type": "object"}}
+    return schema
+
+
+def schema_errors(doc, version):
+    """Every way ``doc`` breaks Kubernetes' schema at ``version`` (the operator's for its own kinds)."""
+    if doc["apiVersion"] == "kubernetes.dask.org/v1":
+        validator = jsonschema.Draft202012Validator(operator_schema(doc["kind"]),
+                                                    registry=kubernetes_definitions(version))
+        return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
+    try:
+        kubernetes_validate.validate(doc, version, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        return [f"{'.'.join(map(str, e.path))}: {e.message}"]
+    return []
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_manifest_is_valid_against_kubernetes_and_the_dask_operator_schemas(version):
+    """Every document validates against its kind's schema: Kubernetes' own (CronJob, ConfigMap,
+    PersistentVolumeClaim) and the Dask Kubernetes operator's CRDs (DaskCluster, DaskJob), whose pod and
+    Service specs are Kubernetes' at that version."""
+    docs = documents()
+    assert {d["kind"] for _, d in docs} >= {"DaskCluster", "DaskJob", "CronJob"}
+    for where, doc in docs:
+        assert not schema_errors(doc, version), f"{where} {doc['kind']} (Kubernetes {version}): " \
+            f"{schema_errors(doc, version)}"
+
+
+@pytest.mark.parametrize("kind, path, typo", [
+    ("DaskCluster", ["spec", "worker"], ("replicas", "replica")),
+    ("DaskCluster", ["spec", "scheduler", "spec", "containers", 0], ("args", "arg")),
+    ("DaskJob", ["spec", "job", "spec", "containers", 0, "securityContext"],
+     ("allowPrivilegeEscalation", "allowEscalation")),
+    ("DaskJob", ["spec", "cluster", "spec", "scheduler", "service"], ("ports", "port")),
+    ("CronJob", ["spec"], ("concurrencyPolicy", "concurrency")),
+    ("CronJob", ["spec", "jobTemplate", "spec", "template", "spec"], ("restartPolicy", "restart")),
+])
+def test_a_misspelt_field_is_an_error_of_the_schema_check(kind, path, typo):
+    """The check above is strict: a field renamed in one of these manifests (a typo Kubernetes would drop or
+    refuse) makes it fail, naming where."""
+    (_, doc), *_ = objects(kind)
+    doc = copy.deepcopy(doc)
+    node = doc
+    for key in path:
+        node = node[key]
+    old, new = typo
+    node[new] = node.pop(old)
+    for version in KUBERNETES_VERSIONS:
+        errors = schema_errors(doc, version)
+        assert any(repr(new) in e for e in errors), errors
 
 
 def test_dask_operator_resources_have_the_required_fields():
