@@ -264,6 +264,73 @@ def test_a_misspelt_field_is_an_error_of_the_schema_check(kind, path, typo):
         assert any(repr(new) in e for e in errors), errors
 
 
+NAMESPACE = "microagg"
+
+
+def operator_objects():
+    """``(where, objects)``: for every DaskCluster and DaskJob, the objects the Dask Kubernetes operator creates from
+    it, built by the operator's own functions (``dask_kubernetes.operator.controller``, as its handlers call them
+    in namespace :data:`NAMESPACE`): the scheduler's Deployment and Service, the default DaskWorkerGroup and one
+    of its worker Deployments, and a DaskJob's cluster and runner Pod."""
+    from dask_kubernetes.operator.controller import controller as operator
+
+    def cluster_objects(name, spec):
+        scheduler, worker = spec["scheduler"], spec["worker"]
+        return [operator.build_scheduler_deployment_spec(name, scheduler["spec"], {}, {}),
+                operator.build_scheduler_service_spec(name, scheduler["service"], {}, {}),
+                operator.build_default_worker_group_spec(name, worker, {}, {}),
+                operator.build_worker_deployment_spec(f"{name}-default", NAMESPACE, name, "0a1b2", worker["spec"],
+                                                      {}, {})]
+
+    out = [(f"{f} DaskCluster", cluster_objects(d["metadata"]["name"], d["spec"])) for f, d in objects("DaskCluster")]
+    for f, d in objects("DaskJob"):
+        name, cluster = d["metadata"]["name"], d["spec"]["cluster"]["spec"]
+        built = operator.build_cluster_spec(name, cluster["worker"], cluster["scheduler"], {}, {})
+        out.append((f"{f} DaskJob", [built, *cluster_objects(name, built["spec"]),
+                                     operator.build_job_pod_spec(name, name, NAMESPACE, d["spec"]["job"]["spec"],
+                                                                 {}, {})]))
+    return out
+
+
+def pod_of(obj):
+    """The metadata and PodSpec of a Deployment's template or of a Pod."""
+    template = obj["spec"]["template"] if obj["kind"] == "Deployment" else obj
+    return template["metadata"], template["spec"]
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_what_the_dask_operator_creates_from_the_manifests_is_valid_and_wired(version):
+    """The objects the operator makes of each DaskCluster and DaskJob (its own code builds them) are valid
+    Kubernetes objects; the scheduler Service selects the scheduler's pod; every ``$(VAR)`` a container's
+    command names is in its environment (Kubernetes leaves an undefined one as it is); and the workers and the
+    job's containers reach the scheduler by the Service's name."""
+    rendered = operator_objects()
+    assert {where.rsplit(" ", 1)[1] for where, _ in rendered} == {"DaskCluster", "DaskJob"}
+    for where, built in rendered:
+        for obj in built:
+            assert not schema_errors(obj, version), f"{where} -> {obj['kind']} {obj['metadata']['name']} " \
+                f"(Kubernetes {version}): {schema_errors(obj, version)}"
+        by_kind = {}
+        for obj in built:
+            by_kind.setdefault(obj["kind"], []).append(obj)
+        service = by_kind["Service"][0]
+        (scheduler,) = [o for o in by_kind["Deployment"] if pod_of(o)[0]["labels"]["dask.org/component"] == "scheduler"]
+        assert service["spec"]["selector"].items() <= pod_of(scheduler)[0]["labels"].items(), where
+        name = service["metadata"]["name"]
+        addresses = {f"tcp://{h}:8786" for h in (name, f"{name}.{NAMESPACE}", f"{name}.{NAMESPACE}.svc",
+                                                  f"{name}.{NAMESPACE}.svc.cluster.local")}
+        for obj in by_kind["Deployment"] + by_kind.get("Pod", []):
+            _, pod = pod_of(obj)
+            for c in containers(pod):
+                env = {e["name"]: e.get("value") for e in c.get("env", [])}
+                for var in re.findall(r"\$\((\w+)\)", " ".join(c.get("command", []) + c.get("args", []))):
+                    assert var in env, f"{where} -> {obj['metadata']['name']} {c['name']}: $({var}) is not set"
+                if c in pod["containers"] and pod_of(obj)[0]["labels"]["dask.org/component"] != "scheduler":
+                    assert env["DASK_SCHEDULER_ADDRESS"] in addresses, \
+                        f"{where} -> {c['name']}: DASK_SCHEDULER_ADDRESS {env['DASK_SCHEDULER_ADDRESS']} " \
+                        f"is not the Service {name}"
+
+
 def test_dask_operator_resources_have_the_required_fields():
     for _, d in objects("DaskCluster") + objects("DaskJob"):
         assert d["apiVersion"] == "kubernetes.dask.org/v1"
